@@ -1,0 +1,41 @@
+"""diffmb — differentiable multibody dynamics in JAX for space structures."""
+
+from . import _config  # noqa: F401  (float64 default, XLA flags)
+from . import spatial
+from .model import Model, ModelBuilder
+from .tree import (
+    bias_forces,
+    center_of_mass,
+    coordinate_rates,
+    energy,
+    forward_dynamics,
+    forward_kinematics,
+    frame_pose,
+    inverse_dynamics,
+    joint_forces,
+    kinetic_energy,
+    mass_matrix,
+    momentum,
+    potential_energy,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Model",
+    "ModelBuilder",
+    "spatial",
+    "forward_dynamics",
+    "inverse_dynamics",
+    "mass_matrix",
+    "bias_forces",
+    "forward_kinematics",
+    "frame_pose",
+    "coordinate_rates",
+    "joint_forces",
+    "kinetic_energy",
+    "potential_energy",
+    "energy",
+    "momentum",
+    "center_of_mass",
+]

@@ -1,0 +1,433 @@
+"""The rigid-body tree model: static topology + array parameters, and its builder.
+
+A :class:`Model` is an equinox Module. Its topology (parents, joint kinds, names, the
+coordinate layout) is static and hashable; every number (inertias, joint placements,
+axes, spring/damper constants, gravity) is an array leaf, so ``jax.grad`` with respect to
+model parameters and ``jax.vmap`` over stacked parameter sets work without recompiling.
+
+Bodies are stored in topological order (parents before children); ``body_names`` gives
+that order and per-body arrays (and ``f_ext``) follow it. The *public* coordinate order
+is the order in which joints were declared (for URDF: document order of ``<joint>``
+elements), which need not be topological; the algorithms permute internally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+
+from . import joints as jt
+from . import spatial as sp
+
+
+class Model(eqx.Module):
+    """A rigid-body tree (see module docstring).
+
+    Static fields: ``body_names``, ``joint_names`` (public order), ``joint_kinds`` and
+    ``parents`` (per body, topological order; parent ``-1`` is the world),
+    ``body_joint`` (public joint index of each body's joint), ``frame_names`` /
+    ``frame_bodies`` (frames of links merged by fixed joints).
+
+    Array fields (per body unless noted): ``mass (N,)``, ``com (N, 3)`` in body
+    coordinates, ``inertia (N, 3, 3)`` about the com in body axes, ``tree_rot (N, 3, 3)``
+    DCM [J parent], ``tree_pos (N, 3)`` joint-frame origin in parent coordinates,
+    ``axis``/``axis2 (N, 3)``; per generalized velocity in public order ``stiffness``,
+    ``damping``, ``rest``, ``effort_limit``, ``lower``, ``upper``; ``gravity (3,)`` in
+    world coordinates; ``frame_rot``/``frame_pos`` placements of merged frames.
+    """
+
+    mass: jnp.ndarray
+    com: jnp.ndarray
+    inertia: jnp.ndarray
+    tree_rot: jnp.ndarray
+    tree_pos: jnp.ndarray
+    axis: jnp.ndarray
+    axis2: jnp.ndarray
+    stiffness: jnp.ndarray
+    damping: jnp.ndarray
+    rest: jnp.ndarray
+    effort_limit: jnp.ndarray
+    lower: jnp.ndarray
+    upper: jnp.ndarray
+    gravity: jnp.ndarray
+    frame_rot: jnp.ndarray
+    frame_pos: jnp.ndarray
+
+    body_names: tuple = eqx.field(static=True)
+    joint_names: tuple = eqx.field(static=True)
+    joint_kinds: tuple = eqx.field(static=True)
+    parents: tuple = eqx.field(static=True)
+    body_joint: tuple = eqx.field(static=True)
+    frame_names: tuple = eqx.field(static=True)
+    frame_bodies: tuple = eqx.field(static=True)
+
+    # ------------------------------------------------------------- static layout
+    @property
+    def n_bodies(self) -> int:
+        return len(self.body_names)
+
+    @property
+    def nv_body(self) -> tuple:
+        return tuple(jt.NV[k] for k in self.joint_kinds)
+
+    @property
+    def nq(self) -> int:
+        return sum(self.nv_body)
+
+    nv = nq
+
+    @property
+    def public_offsets(self) -> tuple:
+        """Offset of each *public* joint's block in ``q``."""
+        nv_pub = [0] * self.n_bodies
+        for b, j in enumerate(self.body_joint):
+            nv_pub[j] = jt.NV[self.joint_kinds[b]]
+        return tuple(int(x) for x in np.concatenate([[0], np.cumsum(nv_pub)[:-1]]))
+
+    @property
+    def body_slices(self) -> tuple:
+        """``(start, stop)`` of each body's joint block in the *public* ``q``."""
+        off = self.public_offsets
+        return tuple(
+            (off[j], off[j] + jt.NV[k]) for j, k in zip(self.body_joint, self.joint_kinds)
+        )
+
+    @property
+    def floating_base(self) -> bool:
+        return self.n_bodies > 0 and self.joint_kinds[0] == "free"
+
+    @property
+    def coordinate_names(self) -> tuple:
+        """Names of the entries of ``q`` (public order)."""
+        names = []
+        suffix = {
+            "universal": ("_1", "_2"),
+            "spherical": ("_sigma1", "_sigma2", "_sigma3"),
+            "free": ("_sigma1", "_sigma2", "_sigma3", "_x", "_y", "_z"),
+        }
+        for j, name in enumerate(self.joint_names):
+            kind = self.joint_kinds[self.body_joint.index(j)]
+            names += [name] if jt.NV[kind] == 1 else [name + s for s in suffix[kind]]
+        return tuple(names)
+
+    @property
+    def velocity_names(self) -> tuple:
+        names = []
+        suffix = {
+            "universal": ("_1", "_2"),
+            "spherical": ("_wx", "_wy", "_wz"),
+            "free": ("_wx", "_wy", "_wz", "_vx", "_vy", "_vz"),
+        }
+        for j, name in enumerate(self.joint_names):
+            kind = self.joint_kinds[self.body_joint.index(j)]
+            names += [name + "_dot"] if jt.NV[kind] == 1 else [name + s for s in suffix[kind]]
+        return tuple(names)
+
+    def body_index(self, name: str) -> int:
+        if name not in self.body_names:
+            raise ValueError(f"unknown body {name!r}; bodies are {list(self.body_names)}")
+        return self.body_names.index(name)
+
+    def spatial_inertias(self):
+        """6x6 spatial inertia of every body about its own origin, (N, 6, 6)."""
+        return sp.spatial_inertia(self.mass, self.com, self.inertia)
+
+    def neutral(self):
+        """Zero configuration ``q`` (public order)."""
+        return jnp.zeros(self.nq, self.mass.dtype)
+
+
+# ============================================================================ builder
+
+
+def _arr(x, shape, what):
+    a = np.asarray(x, dtype=float)
+    if a.shape != shape:
+        raise ValueError(f"{what}: expected shape {shape}, got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{what}: contains non-finite values")
+    return a
+
+
+def _unit(v, what):
+    v = _arr(v, (3,), what)
+    n = np.linalg.norm(v)
+    if n < 1e-12:
+        raise ValueError(f"{what}: axis must be non-zero")
+    return v / n
+
+
+def _rot_from(rot, rpy, what):
+    if rot is not None and rpy is not None:
+        raise ValueError(f"{what}: give either rot or rpy, not both")
+    if rpy is not None:
+        return np.asarray(sp.rpy_dcm(jnp.asarray(_arr(rpy, (3,), what + " rpy"))))
+    if rot is None:
+        return np.eye(3)
+    R = _arr(rot, (3, 3), what + " rot")
+    if not np.allclose(R @ R.T, np.eye(3), atol=1e-8) or np.linalg.det(R) < 0:
+        raise ValueError(f"{what}: rot is not a proper rotation (DCM)")
+    return R
+
+
+def check_inertia(mass, com, inertia, what):
+    """Validate a rigid body's inertial data; raise ValueError naming ``what``."""
+    if not np.isfinite(mass) or mass < 0:
+        raise ValueError(f"{what}: mass must be finite and non-negative, got {mass}")
+    I = np.asarray(inertia, float)
+    if not np.allclose(I, I.T, atol=1e-12 * max(1.0, np.abs(I).max())):
+        raise ValueError(f"{what}: inertia matrix is not symmetric")
+    if mass == 0 and np.allclose(I, 0):
+        return
+    ev = np.linalg.eigvalsh(I)
+    tol = 1e-9 * max(ev.max(), 1e-300)
+    # Zero principal moments are allowed (point masses, slender rods: Madonna's slider-crank).
+    if ev.min() < -tol:
+        raise ValueError(f"{what}: inertia is not positive (semi-)definite (eigenvalues {ev})")
+    a, b, c = ev
+    if a + b < c - tol:
+        raise ValueError(f"{what}: principal inertias {ev} break the triangle inequality")
+
+
+@dataclass
+class _Body:
+    name: str
+    parent: str
+    kind: str
+    joint_name: str
+    axis: np.ndarray
+    axis2: np.ndarray
+    rot: np.ndarray
+    pos: np.ndarray
+    mass: float
+    com: np.ndarray
+    inertia: np.ndarray
+    stiffness: np.ndarray
+    damping: np.ndarray
+    rest: np.ndarray
+    effort: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+@dataclass
+class ModelBuilder:
+    """Builds a :class:`Model` body by body.
+
+    >>> b = ModelBuilder(gravity=(0, 0, -9.81))
+    >>> b.add_body("link1", parent="world", joint="revolute", axis=(0, 1, 0),
+    ...            mass=1.0, com=(0, 0, -0.5), inertia=np.diag([0.1, 0.1, 0.01]))
+    >>> model = b.build()
+
+    ``pos``/``rot`` (or ``rpy``) place the joint frame in the parent body frame; the child
+    body frame coincides with the joint frame at ``q = 0``. A ``fixed`` joint merges the
+    body's inertia into its parent at build time and keeps its frame as a named frame.
+    """
+
+    gravity: tuple = (0.0, 0.0, -9.81)
+    _bodies: list = field(default_factory=list)
+
+    def add_body(
+        self,
+        name: str,
+        parent: str = "world",
+        joint: str = "revolute",
+        *,
+        axis=(0.0, 0.0, 1.0),
+        axis2=(0.0, 1.0, 0.0),
+        pos=(0.0, 0.0, 0.0),
+        rot=None,
+        rpy=None,
+        mass: float = 0.0,
+        com=(0.0, 0.0, 0.0),
+        inertia=None,
+        joint_name: str | None = None,
+        stiffness=0.0,
+        damping=0.0,
+        rest=0.0,
+        effort_limit=np.inf,
+        lower=-np.inf,
+        upper=np.inf,
+    ) -> "ModelBuilder":
+        what = f"body {name!r}"
+        if not isinstance(name, str) or not name:
+            raise ValueError("body name must be a non-empty string")
+        if name == "world" or any(b.name == name for b in self._bodies):
+            raise ValueError(f"{what}: duplicate body name")
+        if joint not in jt.KINDS:
+            raise ValueError(
+                f"{what}: unknown joint kind {joint!r}; expected one of {list(jt.KINDS)}"
+            )
+        if parent != "world" and not any(b.name == parent for b in self._bodies):
+            raise ValueError(f"{what}: parent {parent!r} is not a body added before it")
+        jname = joint_name or name
+        if any(b.joint_name == jname for b in self._bodies):
+            raise ValueError(f"{what}: duplicate joint name {jname!r}")
+        if joint == "free" and parent != "world":
+            raise ValueError(f"{what}: a free joint must connect to 'world'")
+        nv = jt.NV.get(joint, 0)
+        if inertia is None:
+            inertia = np.zeros((3, 3))
+        mass = float(mass)
+        com = _arr(com, (3,), what + " com")
+        inertia = _arr(inertia, (3, 3), what + " inertia")
+        check_inertia(mass, com, inertia, what)
+
+        def per_dof(x, field_name):
+            a = np.broadcast_to(np.asarray(x, float), (nv,)).copy() if nv else np.zeros(0)
+            if np.any(np.isnan(a)):
+                raise ValueError(f"{what}: joint {field_name} is NaN")
+            return a
+
+        stiffness_a = per_dof(stiffness, "stiffness")
+        if joint in jt.MRP_KINDS and np.any(stiffness_a != 0):
+            raise ValueError(f"{what}: joint springs are defined for 1- and 2-DOF joints only")
+        self._bodies.append(
+            _Body(
+                name=name,
+                parent=parent,
+                kind=joint,
+                joint_name=jname,
+                axis=_unit(axis, what + " axis"),
+                axis2=_unit(axis2, what + " axis2"),
+                rot=_rot_from(rot, rpy, what + " joint origin"),
+                pos=_arr(pos, (3,), what + " pos"),
+                mass=mass,
+                com=com,
+                inertia=inertia,
+                stiffness=stiffness_a,
+                damping=per_dof(damping, "damping"),
+                rest=per_dof(rest, "rest"),
+                effort=per_dof(effort_limit, "effort_limit"),
+                lower=per_dof(lower, "lower"),
+                upper=per_dof(upper, "upper"),
+            )
+        )
+        return self
+
+    def build(self) -> Model:
+        if not self._bodies:
+            raise ValueError("model has no bodies")
+        by_name = {b.name: b for b in self._bodies}
+
+        # Merge fixed joints: accumulate each fixed body's pose relative to its nearest
+        # moving ancestor (or world) and fold its inertia into that ancestor.
+        def moving_ancestor(b):
+            E = np.eye(3)
+            r = np.zeros(3)  # pose of b's frame in the ancestor frame: [b anc], r in anc
+            while b.kind == "fixed":
+                # frame b relative to its parent p: E_bp = rot, r_bp = pos
+                E, r = E @ b.rot, b.pos + b.rot.T @ r
+                if b.parent == "world":
+                    return "world", E, r
+                b = by_name[b.parent]
+            return b.name, E, r
+
+        moving = [b for b in self._bodies if b.kind != "fixed"]
+        if not moving:
+            raise ValueError("model has no movable joints")
+        inert = {b.name: (b.mass, b.com.copy(), b.inertia.copy()) for b in moving}
+        frames = []
+        for b in self._bodies:
+            if b.kind != "fixed":
+                continue
+            anc, E, r = moving_ancestor(b)
+            frames.append((b.name, anc, E, r))
+            if b.mass == 0:
+                continue
+            if anc == "world":
+                continue  # mass attached to the fixed world has no dynamics
+            m0, c0, I0 = inert[anc]
+            # child body's com and inertia in ancestor coordinates
+            c1 = r + E.T @ b.com
+            I1 = E.T @ b.inertia @ E
+            m = m0 + b.mass
+            c = (m0 * c0 + b.mass * c1) / m
+            d0, d1 = c0 - c, c1 - c
+            shift = lambda mm, d: mm * (d @ d * np.eye(3) - np.outer(d, d))  # noqa: E731
+            inert[anc] = (m, c, I0 + shift(m0, d0) + I1 + shift(b.mass, d1))
+
+        # Moving bodies hang from their moving ancestor with the fixed chain folded in.
+        placements = {}
+        for b in moving:
+            if b.parent == "world":
+                anc, Ep, rp = "world", np.eye(3), np.zeros(3)
+            else:
+                anc, Ep, rp = moving_ancestor(by_name[b.parent])
+            # joint frame J relative to anc: [J anc] = rot @ Ep ; origin rp + Ep^T pos
+            placements[b.name] = (anc, b.rot @ Ep, rp + Ep.T @ b.pos)
+
+        # topological order (builder guarantees parents first); public order = declaration
+        names = [b.name for b in moving]
+        index = {n: i for i, n in enumerate(names)}
+        parents = tuple(-1 if placements[n][0] == "world" else index[placements[n][0]] for n in names)
+        kinds = tuple(by_name[n].kind for n in names)
+        if "free" in kinds[1:] or (kinds[0] == "free" and parents[0] != -1):
+            raise ValueError("a free joint is supported only as the root body's joint")
+        for n in names:
+            m, c, I = inert[n]
+            if m <= 0:
+                raise ValueError(
+                    f"body {n!r}: a moving body needs positive mass (after merging fixed links)"
+                )
+            check_inertia(m, c, I, f"body {n!r} (after merging fixed links)")
+
+        def cat(attr):
+            return jnp.asarray(np.concatenate([getattr(by_name[n], attr) for n in names]))
+
+        frame_bodies = tuple(-1 if f[1] == "world" else index[f[1]] for f in frames)
+        return Model(
+            mass=jnp.asarray(np.array([inert[n][0] for n in names])),
+            com=jnp.asarray(np.stack([inert[n][1] for n in names])),
+            inertia=jnp.asarray(np.stack([inert[n][2] for n in names])),
+            tree_rot=jnp.asarray(np.stack([placements[n][1] for n in names])),
+            tree_pos=jnp.asarray(np.stack([placements[n][2] for n in names])),
+            axis=jnp.asarray(np.stack([by_name[n].axis for n in names])),
+            axis2=jnp.asarray(np.stack([by_name[n].axis2 for n in names])),
+            stiffness=cat("stiffness"),
+            damping=cat("damping"),
+            rest=cat("rest"),
+            effort_limit=cat("effort"),
+            lower=cat("lower"),
+            upper=cat("upper"),
+            gravity=jnp.asarray(_arr(self.gravity, (3,), "gravity")),
+            frame_rot=jnp.asarray(np.stack([f[2] for f in frames]) if frames else np.zeros((0, 3, 3))),
+            frame_pos=jnp.asarray(np.stack([f[3] for f in frames]) if frames else np.zeros((0, 3))),
+            body_names=tuple(names),
+            joint_names=tuple(by_name[n].joint_name for n in names),
+            joint_kinds=kinds,
+            parents=parents,
+            body_joint=tuple(range(len(names))),
+            frame_names=tuple(f[0] for f in frames),
+            frame_bodies=frame_bodies,
+        )
+
+
+def reorder_joints(model: Model, joint_order) -> Model:
+    """Return ``model`` with its public coordinate order set to ``joint_order`` (names).
+
+    Used by the URDF loader so ``q`` follows the document order of ``<joint>`` elements.
+    Per-DOF arrays (stiffness, damping, ...) are permuted to match.
+    """
+    joint_order = list(joint_order)
+    if sorted(joint_order) != sorted(model.joint_names):
+        raise ValueError(f"joint order {joint_order} does not name the model's joints")
+    old_slices = model.body_slices
+    new_pub = {name: i for i, name in enumerate(joint_order)}
+    body_joint = tuple(new_pub[model.joint_names[j]] for j in model.body_joint)
+    new = dataclasses.replace(model, body_joint=body_joint, joint_names=tuple(joint_order))
+    # permute per-DOF arrays
+    idx = np.zeros(model.nq, int)
+    for b, (s, e) in enumerate(new.body_slices):
+        os_, oe = old_slices[b]
+        idx[s:e] = np.arange(os_, oe)
+    perm = lambda a: a[idx]  # noqa: E731
+    return eqx.tree_at(
+        lambda m: (m.stiffness, m.damping, m.rest, m.effort_limit, m.lower, m.upper),
+        new,
+        tuple(perm(getattr(model, f)) for f in ("stiffness", "damping", "rest", "effort_limit", "lower", "upper")),
+    )

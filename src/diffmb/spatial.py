@@ -1,0 +1,302 @@
+"""Spatial (6-D) algebra and attitude parameterisations.
+
+Conventions (Featherstone, *Rigid Body Dynamics Algorithms*, ch. 2; Fulton & Schaub eq. 2):
+
+* spatial motion and force vectors are ``[angular; linear]``;
+* a coordinate transform from frame A to frame B is held as ``(E, r)``: ``E`` is the
+  direction-cosine matrix ``[BA]`` (maps A-components to B-components) and ``r`` is the
+  position of B's origin in A-components.  The 6x6 Plücker matrix is never formed on
+  the hot path: :func:`xform_motion` and :func:`xform_force_T` apply it with 3x3 blocks;
+* DCMs follow Schaub & Junkins: ``[BN]`` maps N-frame components to B-frame components;
+* quaternions are scalar-last ``[q1, q2, q3, q4]`` (Shoer & Peck eq. 4), the attitude of
+  B relative to N, ``q4 = cos(phi/2)``;
+* Modified Rodrigues Parameters ``sigma = e tan(phi/4)`` with the kinematic matrix
+  ``B(sigma)`` of Fulton & Schaub eq. (3) and the shadow set ``-sigma/|sigma|^2``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+# ----------------------------------------------------------------------------- 3-D
+
+
+def skew(v):
+    """Cross-product matrix ``[v~]`` so that ``skew(a) @ b == cross(a, b)``."""
+    z = jnp.zeros_like(v[..., 0])
+    return jnp.stack(
+        [
+            jnp.stack([z, -v[..., 2], v[..., 1]], -1),
+            jnp.stack([v[..., 2], z, -v[..., 0]], -1),
+            jnp.stack([-v[..., 1], v[..., 0], z], -1),
+        ],
+        -2,
+    )
+
+
+def cross(a, b):
+    """3-D cross product written out (fuses better than ``jnp.cross`` under vmap)."""
+    return jnp.stack(
+        [
+            a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+            a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+            a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0],
+        ],
+        -1,
+    )
+
+
+def mv(A, x):
+    """Matrix-vector product as multiply-and-sum (no batched dot kernels)."""
+    return jnp.sum(A * x[..., None, :], axis=-1)
+
+
+def mtv(A, x):
+    """``A.T @ x`` as multiply-and-sum."""
+    return jnp.sum(A * x[..., :, None], axis=-2)
+
+
+def mm(A, B):
+    """Matrix-matrix product as multiply-and-sum (small matrices only)."""
+    return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
+
+
+def safe_norm(v, axis=-1):
+    """Euclidean norm whose gradient at zero is zero instead of NaN."""
+    sq = jnp.sum(v * v, axis=axis)
+    pos = sq > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
+
+
+# ------------------------------------------------------------------ rotations / DCM
+
+
+def axis_angle_dcm(axis, angle):
+    """DCM ``[BA]`` of a frame B obtained by rotating A by ``angle`` about unit ``axis``.
+
+    ``[BA] = cos(a) I - sin(a) [axis~] + (1 - cos(a)) axis axis^T``.
+    """
+    c = jnp.cos(angle)[..., None, None]
+    s = jnp.sin(angle)[..., None, None]
+    eye = jnp.eye(3, dtype=jnp.result_type(axis, angle))
+    outer = axis[..., :, None] * axis[..., None, :]
+    return c * eye - s * skew(axis) + (1.0 - c) * outer
+
+
+def rpy_dcm(rpy):
+    """DCM ``[child parent]`` of a URDF ``rpy`` origin (fixed-axis roll, pitch, yaw).
+
+    URDF gives the rotation matrix ``R = Rz(y) Ry(p) Rx(r)`` that maps child components
+    to parent components; the DCM here is its transpose.
+    """
+    r, p, y = rpy[..., 0], rpy[..., 1], rpy[..., 2]
+    ex = jnp.array([1.0, 0.0, 0.0])
+    ey = jnp.array([0.0, 1.0, 0.0])
+    ez = jnp.array([0.0, 0.0, 1.0])
+    # [BA] of successive rotations composes right-to-left.
+    return mm(axis_angle_dcm(ex, r), mm(axis_angle_dcm(ey, p), axis_angle_dcm(ez, y)))
+
+
+def mrp_to_dcm(sigma):
+    """DCM ``[BN]`` from MRPs ``sigma_B/N`` (Schaub & Junkins eq. 3.153)."""
+    s2 = jnp.sum(sigma * sigma, axis=-1)[..., None, None]
+    S = skew(sigma)
+    eye = jnp.eye(3, dtype=sigma.dtype)
+    return eye + (8.0 * mm(S, S) - 4.0 * (1.0 - s2) * S) / (1.0 + s2) ** 2
+
+
+def mrp_B(sigma):
+    """Kinematic matrix of Fulton & Schaub eq. (3): ``sigma_dot = B(sigma) omega``.
+
+    ``B = 1/4 [(1 - sigma^2) I + 2 [sigma~] + 2 sigma sigma^T]``; ``omega`` in B-frame.
+    """
+    s2 = jnp.sum(sigma * sigma, axis=-1)[..., None, None]
+    eye = jnp.eye(3, dtype=sigma.dtype)
+    outer = sigma[..., :, None] * sigma[..., None, :]
+    return 0.25 * ((1.0 - s2) * eye + 2.0 * skew(sigma) + 2.0 * outer)
+
+
+def mrp_shadow(sigma):
+    """Shadow set ``-sigma / |sigma|^2`` (same attitude, the other MRP branch)."""
+    s2 = jnp.sum(sigma * sigma, axis=-1, keepdims=True)
+    return -sigma / jnp.where(s2 > 0, s2, 1.0)
+
+
+def mrp_switch(sigma, threshold=1.0):
+    """Switch to the shadow set where ``|sigma| > threshold`` (keeps ``|sigma| <= 1``)."""
+    s2 = jnp.sum(sigma * sigma, axis=-1, keepdims=True)
+    return jnp.where(s2 > threshold**2, mrp_shadow(sigma), sigma)
+
+
+def quat_to_dcm(q):
+    """DCM ``[BN]`` from a scalar-last unit quaternion ``[q1, q2, q3, q4]``."""
+    v = q[..., :3]
+    w = q[..., 3][..., None, None]
+    eye = jnp.eye(3, dtype=q.dtype)
+    vv = jnp.sum(v * v, axis=-1)[..., None, None]
+    outer = v[..., :, None] * v[..., None, :]
+    return (w * w - vv) * eye + 2.0 * outer - 2.0 * w * skew(v)
+
+
+def dcm_to_quat(C):
+    """Scalar-last unit quaternion (``q4 >= 0``) from a DCM ``[BN]`` (Shepperd's method)."""
+    tr = C[..., 0, 0] + C[..., 1, 1] + C[..., 2, 2]
+    # Four candidate formulas; pick the one with the largest pivot (no division by ~0).
+    b4 = jnp.sqrt(jnp.maximum(1.0 + tr, 0.0)) / 2.0
+    b1 = jnp.sqrt(jnp.maximum(1.0 + 2 * C[..., 0, 0] - tr, 0.0)) / 2.0
+    b2 = jnp.sqrt(jnp.maximum(1.0 + 2 * C[..., 1, 1] - tr, 0.0)) / 2.0
+    b3 = jnp.sqrt(jnp.maximum(1.0 + 2 * C[..., 2, 2] - tr, 0.0)) / 2.0
+    d23 = C[..., 1, 2] - C[..., 2, 1]
+    d31 = C[..., 2, 0] - C[..., 0, 2]
+    d12 = C[..., 0, 1] - C[..., 1, 0]
+    s23 = C[..., 1, 2] + C[..., 2, 1]
+    s31 = C[..., 2, 0] + C[..., 0, 2]
+    s12 = C[..., 0, 1] + C[..., 1, 0]
+
+    def safe(x):
+        return jnp.where(x > 1e-12, x, 1.0)
+
+    q_from4 = jnp.stack([d23 / (4 * safe(b4)), d31 / (4 * safe(b4)), d12 / (4 * safe(b4)), b4], -1)
+    q_from1 = jnp.stack([b1, s12 / (4 * safe(b1)), s31 / (4 * safe(b1)), d23 / (4 * safe(b1))], -1)
+    q_from2 = jnp.stack([s12 / (4 * safe(b2)), b2, s23 / (4 * safe(b2)), d31 / (4 * safe(b2))], -1)
+    q_from3 = jnp.stack([s31 / (4 * safe(b3)), s23 / (4 * safe(b3)), b3, d12 / (4 * safe(b3))], -1)
+    piv = jnp.argmax(jnp.stack([b1, b2, b3, b4], -1), axis=-1)[..., None]
+    q = jnp.where(
+        piv == 3, q_from4, jnp.where(piv == 0, q_from1, jnp.where(piv == 1, q_from2, q_from3))
+    )
+    return q * jnp.where(q[..., 3:4] < 0, -1.0, 1.0)
+
+
+def quat_to_mrp(q):
+    """MRPs from a scalar-last quaternion, on the short branch ``|sigma| <= 1``."""
+    q = q * jnp.where(q[..., 3:4] < 0, -1.0, 1.0)
+    return q[..., :3] / (1.0 + q[..., 3:4])
+
+
+def mrp_to_quat(sigma):
+    """Scalar-last quaternion from MRPs."""
+    s2 = jnp.sum(sigma * sigma, axis=-1, keepdims=True)
+    return jnp.concatenate([2.0 * sigma, 1.0 - s2], -1) / (1.0 + s2)
+
+
+def dcm_to_mrp(C):
+    """MRPs (``|sigma| <= 1``) from a DCM ``[BN]``."""
+    return quat_to_mrp(dcm_to_quat(C))
+
+
+def quat_multiply(p, q):
+    """Scalar-last quaternion product such that ``dcm(p * q) = dcm(p) @ dcm(q)``.
+
+    If ``q`` is the attitude of B relative to N and ``p`` that of C relative to B,
+    the product is C relative to N.
+    """
+    pv, pw = p[..., :3], p[..., 3:4]
+    qv, qw = q[..., :3], q[..., 3:4]
+    v = pw * qv + qw * pv - cross(pv, qv)
+    w = pw * qw - jnp.sum(pv * qv, axis=-1, keepdims=True)
+    return jnp.concatenate([v, w], -1)
+
+
+# ----------------------------------------------------------------------- 6-D algebra
+
+
+def xform_motion(E, r, m):
+    """Apply the Plücker motion transform ``(E, r)`` (A -> B) to ``m = [w; v]`` in A.
+
+    ``[E w; E (v - r x w)]`` — the 6x6 matrix ``[[E, 0], [-E r~, E]]`` without forming it.
+    """
+    w, v = m[..., :3], m[..., 3:]
+    return jnp.concatenate([mv(E, w), mv(E, v - cross(r, w))], -1)
+
+
+def xform_motion_inv(E, r, m):
+    """Inverse motion transform (B -> A) of ``m`` given in B."""
+    w = mtv(E, m[..., :3])
+    v = mtv(E, m[..., 3:]) + cross(r, w)
+    return jnp.concatenate([w, v], -1)
+
+
+def xform_force_T(E, r, f):
+    """Transform a force ``f = [n; f]`` from B back to A: ``X^T f`` with ``X = (E, r)``."""
+    fa = mtv(E, f[..., 3:])
+    na = mtv(E, f[..., :3]) + cross(r, fa)
+    return jnp.concatenate([na, fa], -1)
+
+
+def xform_matrix(E, r):
+    """The 6x6 Plücker motion transform (for tests and the rare dense use)."""
+    Z = jnp.zeros_like(E)
+    return jnp.concatenate(
+        [jnp.concatenate([E, Z], -1), jnp.concatenate([-mm(E, skew(r)), E], -1)], -2
+    )
+
+
+def xform_compose(E2, r2, E1, r1):
+    """Compose ``X2 (B -> C)`` after ``X1 (A -> B)`` into ``(A -> C)``."""
+    return mm(E2, E1), r1 + mtv(E1, r2)
+
+
+def inertia_to_parent(E, r, I):
+    """``X^T I X`` for a symmetric 6x6 spatial inertia ``I`` held in B, with ``X = (E, r)``.
+
+    Done in 3x3 blocks: first rotate into A-axes (still about B's origin), then shift the
+    reference point by ``r``.
+    """
+    A, Bm, C = I[..., :3, :3], I[..., :3, 3:], I[..., 3:, 3:]
+    Et = jnp.swapaxes(E, -1, -2)
+    A1 = mm(Et, mm(A, E))
+    B1 = mm(Et, mm(Bm, E))
+    C1 = mm(Et, mm(C, E))
+    R = skew(r)
+    # Shift a force reference point by r: n_A = n_B + r x f.
+    B2 = B1 + mm(R, C1)
+    A2 = A1 + mm(R, jnp.swapaxes(B1, -1, -2)) - mm(B2, R)
+    C2 = C1
+    return jnp.concatenate(
+        [jnp.concatenate([A2, B2], -1), jnp.concatenate([jnp.swapaxes(B2, -1, -2), C2], -1)], -2
+    )
+
+
+def cross_motion(v, m):
+    """Spatial motion cross product ``v x m`` (Featherstone's ``crm(v) m``)."""
+    w, u = v[..., :3], v[..., 3:]
+    mw, mu = m[..., :3], m[..., 3:]
+    return jnp.concatenate([cross(w, mw), cross(w, mu) + cross(u, mw)], -1)
+
+
+def cross_force(v, f):
+    """Spatial force cross product ``v x* f`` (Featherstone's ``crf(v) f``)."""
+    w, u = v[..., :3], v[..., 3:]
+    n, fl = f[..., :3], f[..., 3:]
+    return jnp.concatenate([cross(w, n) + cross(u, fl), cross(w, fl)], -1)
+
+
+def crm(v):
+    """6x6 matrix of the motion cross product."""
+    W, U = skew(v[..., :3]), skew(v[..., 3:])
+    Z = jnp.zeros_like(W)
+    return jnp.concatenate([jnp.concatenate([W, Z], -1), jnp.concatenate([U, W], -1)], -2)
+
+
+def crf(v):
+    """6x6 matrix of the force cross product, ``-crm(v)^T``."""
+    return -jnp.swapaxes(crm(v), -1, -2)
+
+
+def spatial_inertia(mass, com, inertia_com):
+    """6x6 spatial inertia about the body origin from mass, com and 3x3 inertia about com.
+
+    ``[[Ic + m c~ c~^T, m c~], [m c~^T, m 1]]`` (Featherstone eq. 2.63).
+    """
+    m = jnp.asarray(mass)[..., None, None]
+    C = skew(com)
+    Ct = jnp.swapaxes(C, -1, -2)
+    eye = jnp.eye(3, dtype=C.dtype)
+    top = jnp.concatenate([inertia_com + m * mm(C, Ct), m * C], -1)
+    bot = jnp.concatenate([m * Ct, m * eye], -1)
+    return jnp.concatenate([top, bot], -2)
+
+
+def inertia_mul(I, v):
+    """``I @ v`` for a 6x6 inertia, multiply-and-sum."""
+    return mv(I, v)
