@@ -1,0 +1,78 @@
+"""The scenario registry: each paper's cases as named, parameterised runs.
+
+A :class:`Scenario` builds a System and its params from a flat dict of named numbers
+(``diffmb run NAME --set key=value``) and carries the run settings the case is usually
+run with. Modules in this package register their scenarios on import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named case: ``build(values, stabilization) -> (system, params)``.
+
+    ``defaults`` holds every settable parameter with its default value; ``t1``, ``dt``,
+    ``solver``, ``rtol``, ``atol`` are the default run settings; ``paper`` names the
+    source of the case.
+    """
+
+    name: str
+    description: str
+    paper: str
+    build: Callable
+    defaults: dict = field(default_factory=dict)
+    t1: float = 10.0
+    dt: float = 1e-3
+    solver: str = "rk4"
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    stabilizations: tuple = ("none",)
+
+    def resolve(self, overrides: dict | None = None) -> dict:
+        """Defaults updated by ``overrides``; unknown names raise ValueError."""
+        values = dict(self.defaults)
+        for k, v in (overrides or {}).items():
+            if k not in values:
+                raise ValueError(
+                    f"scenario {self.name!r} has no parameter {k!r}; "
+                    f"settable: {', '.join(sorted(values)) or '(none)'}"
+                )
+            try:
+                values[k] = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"parameter {k!r}: {v!r} is not a number") from None
+        return values
+
+    def make(self, overrides: dict | None = None, stabilization: str = "none"):
+        """``(system, params, values)`` for this case."""
+        if stabilization not in self.stabilizations:
+            raise ValueError(
+                f"scenario {self.name!r} supports stabilization {list(self.stabilizations)}, "
+                f"not {stabilization!r}"
+            )
+        values = self.resolve(overrides)
+        system, params = self.build(values, stabilization)
+        return system, params, values
+
+
+REGISTRY: dict[str, Scenario] = {}
+
+
+def register(scenario: Scenario) -> Scenario:
+    if scenario.name in REGISTRY:
+        raise ValueError(f"scenario {scenario.name!r} registered twice")
+    REGISTRY[scenario.name] = scenario
+    return scenario
+
+
+def get(name: str) -> Scenario:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown scenario {name!r}; available: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+from . import pendulum  # noqa: E402,F401  (registers)

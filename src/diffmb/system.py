@@ -1,0 +1,159 @@
+"""The System protocol, and :class:`TreeSystem` for open trees of rigid bodies.
+
+Every formulation in diffmb compiles down to a :class:`System` (see ``DESIGN.md``):
+
+``default_params()``          the numeric parameters, a pytree (differentiable, vmappable);
+``init_state(params)``        the initial state ``x0`` (a flat float array);
+``vector_field(t, x, params)``  ``dx/dt``, the equations of motion;
+``project(x, params)``        post-step manifold correction (identity by default);
+``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
+``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
+``coordinate_names``          the position-level subset of ``state_names``.
+
+``simulate`` (:mod:`diffmb.integrate`) knows nothing else about a System. Static structure
+lives in the System's static fields; every number lives in ``params``, so new numbers
+never recompile and ``jax.grad`` w.r.t. ``params`` differentiates the whole run.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from . import joints as jt
+from . import spatial as sp
+from . import tree
+from .model import Model
+
+
+class System(eqx.Module):
+    """Abstract base of every formulation (see module docstring)."""
+
+    @abc.abstractmethod
+    def default_params(self):
+        """The system's numeric parameters (a pytree)."""
+
+    @abc.abstractmethod
+    def init_state(self, params):
+        """Initial state ``x0`` as a flat array."""
+
+    @abc.abstractmethod
+    def vector_field(self, t, x, params):
+        """``dx/dt``."""
+
+    def project(self, x, params):
+        """Post-step correction onto the state manifold; identity unless overridden."""
+        return x
+
+    @property
+    def has_projection(self) -> bool:
+        """Whether :meth:`project` may change the state (lets solvers skip it)."""
+        return type(self).project is not System.project
+
+    def diagnostics(self, x, params) -> dict:
+        return {}
+
+    @property
+    @abc.abstractmethod
+    def state_names(self) -> tuple:
+        """One name per entry of the state vector."""
+
+    @property
+    def coordinate_names(self) -> tuple:
+        return self.state_names
+
+    def violation(self, x, params) -> dict:
+        """Constraint violation ``{"position": ..., "velocity": ...}``; empty when unconstrained."""
+        return {}
+
+
+class TreeSystem(System):
+    """An open tree of rigid bodies (ABA) with joint springs/dampers and forcing.
+
+    State ``x = [q; qd]`` in the model's public order. Parameters (a dict):
+    ``model`` (the :class:`~diffmb.model.Model`, whose arrays are the numbers),
+    ``q0``/``qd0`` (initial state) and ``forcing`` (anything ``tau_fn`` needs).
+
+    ``tau_fn(t, q, qd, forcing) -> tau`` adds time-dependent generalized forces on top of
+    the passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11).
+    ``project`` performs the MRP shadow-set switch of spherical/free joints
+    (Fulton & Schaub section 2.1) — never inside the vector field.
+    """
+
+    model: Model
+    q0: jnp.ndarray
+    qd0: jnp.ndarray
+    forcing: object
+    tau_fn: Callable | None = eqx.field(static=True, default=None)
+
+    def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None):
+        self.model = model
+        dt = model.mass.dtype
+        self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
+        self.qd0 = jnp.zeros(model.nv, dt) if qd0 is None else jnp.asarray(qd0, dt)
+        for name, v in (("q0", self.q0), ("qd0", self.qd0)):
+            if v.shape != (model.nq,):
+                raise ValueError(f"TreeSystem {name}: expected shape ({model.nq},), got {v.shape}")
+        self.tau_fn = tau_fn
+        self.forcing = forcing
+
+    def default_params(self):
+        return {"model": self.model, "q0": self.q0, "qd0": self.qd0, "forcing": self.forcing}
+
+    def init_state(self, params):
+        return jnp.concatenate([params["q0"], params["qd0"]])
+
+    def split(self, x):
+        n = self.model.nq
+        return x[:n], x[n:]
+
+    def generalized_force(self, t, q, qd, params):
+        model = params["model"]
+        tau = tree.joint_forces(model, q, qd)
+        if self.tau_fn is not None:
+            tau = tau + self.tau_fn(t, q, qd, params["forcing"])
+        return tau
+
+    def vector_field(self, t, x, params):
+        model = params["model"]
+        q, qd = self.split(x)
+        tau = self.generalized_force(t, q, qd, params)
+        qdd = tree.forward_dynamics(model, q, qd, tau)
+        return jnp.concatenate([tree.coordinate_rates(model, q, qd), qdd])
+
+    @property
+    def _mrp_slices(self):
+        m = self.model
+        return tuple(
+            (s, s + 3) for (s, _), k in zip(m.body_slices, m.joint_kinds) if k in jt.MRP_KINDS
+        )
+
+    @property
+    def has_projection(self) -> bool:
+        return len(self._mrp_slices) > 0
+
+    def project(self, x, params):
+        for s, e in self._mrp_slices:
+            x = x.at[s:e].set(sp.mrp_switch(x[s:e]))
+        return x
+
+    def diagnostics(self, x, params):
+        model = params["model"]
+        q, qd = self.split(x)
+        out = {"energy": tree.energy(model, q, qd)}
+        if model.floating_base:
+            lin, ang = tree.momentum(model, q, qd)
+            out["angular_momentum"] = ang
+            out["linear_momentum"] = lin
+        return out
+
+    @property
+    def coordinate_names(self):
+        return self.model.coordinate_names
+
+    @property
+    def state_names(self):
+        return self.model.coordinate_names + self.model.velocity_names
