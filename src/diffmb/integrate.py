@@ -58,13 +58,32 @@ ADAPTIVE_SOLVERS = {"dopri5": dfx.Dopri5, "tsit5": dfx.Tsit5, "dopri8": dfx.Dopr
 SOLVERS = tuple(FIXED_SOLVERS) + tuple(ADAPTIVE_SOLVERS)
 
 
+class _SnapInterpolation(dfx.AbstractLocalInterpolation):
+    """The wrapped solver's dense output inside a step, the projected state at its end.
+
+    Inside the step the unprojected interpolant is smooth (an MRP shadow switch or a
+    constraint correction is a jump at the step end, not something to blend across the
+    step), so save points that fall on step ends report exactly the projected state.
+    """
+
+    t0: jnp.ndarray
+    t1: jnp.ndarray
+    inner: dfx.AbstractLocalInterpolation
+    y1: jnp.ndarray
+
+    def evaluate(self, t0, t1=None, left=True):
+        if t1 is not None:
+            return self.evaluate(t1) - self.evaluate(t0)
+        at_end = jnp.abs(t0 - self.t1) <= 1e-9 * jnp.abs(self.t1 - self.t0)
+        return jnp.where(at_end, self.y1, self.inner.evaluate(t0))
+
+
 class ProjectedSolver(dfx.AbstractWrappedSolver):
     """Wrap a diffrax solver so ``system.project`` is applied to every step's result.
 
     The wrapped solver always sees ``made_jump=True`` so first-same-as-last methods
     re-evaluate the vector field at the projected state (an MRP shadow switch changes the
-    state discontinuously). Dense output keeps the unprojected step, which is smooth
-    within the step.
+    state discontinuously). Dense output: see :class:`_SnapInterpolation`.
     """
 
     solver: dfx.AbstractSolver
@@ -76,7 +95,12 @@ class ProjectedSolver(dfx.AbstractWrappedSolver):
 
     @property
     def interpolation_cls(self):
-        return self.solver.interpolation_cls
+        inner_cls = self.solver.interpolation_cls
+
+        def make(*, t0, t1, projected, **dense):
+            return _SnapInterpolation(t0, t1, inner_cls(t0=t0, t1=t1, **dense), projected)
+
+        return make
 
     @property
     def term_compatible_contr_kwargs(self):
@@ -98,7 +122,8 @@ class ProjectedSolver(dfx.AbstractWrappedSolver):
         y1, err, dense, state, result = self.solver.step(
             terms, t0, t1, y0, args, solver_state, True
         )
-        return self.system.project(y1, args), err, dense, state, result
+        y1p = self.system.project(y1, args)
+        return y1p, err, dict(dense, projected=y1p), state, result
 
     def func(self, terms, t0, y0, args):
         return self.solver.func(terms, t0, y0, args)
@@ -264,16 +289,16 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     def vf(t, x, p):
         return system.vector_field(t, x, p)
 
-    def diverged(t, x, p, **kw):
-        bad = ~jnp.all(jnp.isfinite(x))
+    def diverged(t, y, args, **kw):
+        bad = ~jnp.all(jnp.isfinite(y))
         if run.check_violation:
-            viol = system.violation(x, p)
+            viol = system.violation(y, args)
             worst = jnp.max(jnp.stack([jnp.max(jnp.abs(v)) for v in viol.values()])) if viol else 0.0
             bad = bad | (worst > max_violation)
         return bad
 
     def wrap(g):
-        return lambda t, x, p, **kw: g(t, x, p)
+        return lambda t, y, args, **kw: g(t, y, args)
 
     cond = [diverged] + [wrap(g) for g in run.events]
     root = optx.Newton(rtol=1e-12, atol=1e-12) if run.n_events else None
@@ -294,8 +319,12 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         throw=False,
         progress_meter=dfx.TqdmProgressMeter() if run.progress else dfx.NoProgressMeter(),
     )
+    # diffrax stores the final (t1 or event) entry right after the last save point
+    # it reached, so it sits at index n only for a run that went all the way.
     n = ts.shape[0]
-    xs, x_final, t_final = sol.ys[:n], sol.ys[n], sol.ts[n]
+    last = jnp.sum(jnp.isfinite(sol.ts)) - 1
+    t_final, x_final = sol.ts[last], sol.ys[last]
+    xs = sol.ys[:n]
     mask = sol.event_mask
     div_event = mask[0]
     user_event = jnp.any(jnp.stack(mask[1:])) if run.n_events else False
@@ -311,7 +340,7 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
                       STATUS_CODES["diverged"]),
         ),
     )
-    valid = jnp.isfinite(sol.ts[:n]) & (sol.ts[:n] <= t_final)
+    valid = jnp.arange(n) < last
     safe_xs = jnp.where(valid[:, None], xs, x0[None, :])
     diag = jax.vmap(lambda x: system.diagnostics(x, params))(safe_xs)
     viol = jax.vmap(lambda x: system.violation(x, params))(safe_xs)

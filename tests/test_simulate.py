@@ -1,0 +1,278 @@
+"""simulate(): convergence order, tolerances, projection, events, divergence, gradients, vmap."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffmb
+from diffmb import ModelBuilder, System, TreeSystem, simulate
+from diffmb.scenarios.pendulum import chain_model
+
+
+def oscillator(k=4.0, m=1.0, x0=0.3):
+    """Mass on a prismatic joint with a linear spring: x(t) = x0 cos(sqrt(k/m) t)."""
+    b = ModelBuilder(gravity=(0.0, 0.0, 0.0))
+    b.add_body("cart", "world", "prismatic", axis=(1, 0, 0), mass=m,
+               inertia=np.eye(3) * 0.1, stiffness=k, joint_name="x")
+    return TreeSystem(b.build(), q0=[x0]), math.sqrt(k / m)
+
+
+def test_rk4_fourth_order():
+    system, w = oscillator()
+    errs = []
+    for dt in (0.04, 0.02, 0.01):
+        tr = simulate(system, t1=2.0, dt=dt, solver="rk4", saveat=2)
+        errs.append(abs(float(tr.x_final[0]) - 0.3 * math.cos(w * 2.0)))
+    ratios = [errs[0] / errs[1], errs[1] / errs[2]]
+    assert all(14.0 < r < 18.0 for r in ratios), ratios
+
+
+def test_euler_first_order():
+    system, w = oscillator()
+    e = [abs(float(simulate(system, t1=1.0, dt=dt, solver="euler", saveat=2).x_final[0])
+             - 0.3 * math.cos(w)) for dt in (2e-3, 1e-3)]
+    assert 1.8 < e[0] / e[1] < 2.2
+
+
+@pytest.mark.parametrize("solver", ["dopri5", "tsit5", "dopri8", "kvaerno5"])
+def test_adaptive_hits_tolerance(solver):
+    system, w = oscillator()
+    tr = simulate(system, t1=3.0, solver=solver, rtol=1e-9, atol=1e-12, saveat=31)
+    exact = 0.3 * np.cos(w * np.asarray(tr.ts))
+    err = np.abs(np.asarray(tr.xs[:, 0]) - exact).max()
+    assert tr.status == "success"
+    assert err < 1e-7, err
+    loose = simulate(system, t1=3.0, solver=solver, rtol=1e-5, atol=1e-8, saveat=31)
+    assert int(loose.n_steps) < int(tr.n_steps)
+
+
+def test_double_pendulum_energy_dopri5():
+    sc = diffmb.scenarios.get("double-pendulum")
+    system, params, _ = sc.make()
+    tr = simulate(system, params=params, t1=10.0, solver="dopri5", rtol=sc.rtol, atol=sc.atol)
+    assert tr.summary()["energy"]["max_rel_change"] < 1e-9
+
+
+class CirclePendulum(System):
+    """A point mass on a unit circle in Cartesian coordinates (index-1 DAE + projection).
+
+    x = [p (2), v (2)]; the constraint force keeps |p| = 1 only to integration error;
+    ``project`` restores |p| = 1 and p.v = 0 after every step.
+    """
+
+    g: float = 9.81
+    use_projection: bool = eqx.field(static=True, default=True)
+
+    def default_params(self):
+        return {"g": jnp.asarray(self.g)}
+
+    def init_state(self, params):
+        return jnp.array([1.0, 0.0, 0.0, 0.5])
+
+    def vector_field(self, t, x, params):
+        p, v = x[:2], x[2:]
+        grav = jnp.array([0.0, -params["g"]])
+        lam = (jnp.dot(v, v) + jnp.dot(p, grav)) / jnp.dot(p, p)
+        return jnp.concatenate([v, grav - lam * p])
+
+    @property
+    def has_projection(self):
+        return self.use_projection
+
+    def project(self, x, params):
+        p, v = x[:2], x[2:]
+        p = p / jnp.linalg.norm(p)
+        return jnp.concatenate([p, v - jnp.dot(v, p) * p])
+
+    def violation(self, x, params):
+        p, v = x[:2], x[2:]
+        return {"position": jnp.dot(p, p) - 1.0, "velocity": jnp.dot(p, v)}
+
+    @property
+    def state_names(self):
+        return ("x", "y", "vx", "vy")
+
+
+def test_projection_holds_constraint_to_machine_precision():
+    on = simulate(CirclePendulum(), t1=20.0, dt=0.01, solver="rk4")
+    off = simulate(CirclePendulum(use_projection=False), t1=20.0, dt=0.01, solver="rk4")
+    s_on, s_off = on.summary()["violation"], off.summary()["violation"]
+    assert s_on["position_max"] < 1e-14 and s_on["velocity_max"] < 1e-13
+    assert s_off["position_max"] > 1e3 * s_on["position_max"]
+
+
+def test_projection_with_fsal_solver():
+    """Step ends are projected; save points inside adaptive steps use the solver's
+    own (unprojected) interpolant, accurate to the tolerance."""
+    system = CirclePendulum()
+    tr = simulate(system, t1=5.0, solver="dopri5")
+    end = system.violation(tr.x_final, system.default_params())
+    assert abs(float(end["position"])) < 1e-15 and abs(float(end["velocity"])) < 1e-14
+    assert tr.summary()["violation"]["position_max"] < 1e-7
+
+
+def _agm(a, b):
+    for _ in range(30):
+        a, b = (a + b) / 2, math.sqrt(a * b)
+    return a
+
+
+def test_event_time_matches_elliptic_quarter_period():
+    """theta crosses zero at T/4 = sqrt(I/(m g c)) K(sin(theta0/2))."""
+    theta0, l, m, g = 1.2, 1.0, 1.0, 9.81
+    model = chain_model([l], [m], g, names=["theta"])
+    system = TreeSystem(model, q0=[theta0])
+    tr = simulate(system, t1=5.0, solver="dopri5", rtol=1e-12, atol=1e-12,
+                  events=lambda t, x, p: x[0])
+    I_pivot = float(model.inertia[0, 1, 1]) + m * (l / 2) ** 2
+    k = math.sin(theta0 / 2)
+    K = math.pi / (2 * _agm(1.0, math.sqrt(1 - k * k)))
+    assert tr.status == "event"
+    assert abs(float(tr.t_final) - math.sqrt(I_pivot / (m * g * l / 2)) * K) < 1e-9
+    assert np.all(np.asarray(tr.trimmed().ts) <= float(tr.t_final))
+
+
+class Blowup(System):
+    """x' = x^2, x(0) = 1: x = 1/(1 - t) escapes to infinity at t = 1."""
+
+    def default_params(self):
+        return {}
+
+    def init_state(self, params):
+        return jnp.array([1.0])
+
+    def vector_field(self, t, x, params):
+        return x**2
+
+    @property
+    def state_names(self):
+        return ("x",)
+
+
+@pytest.mark.parametrize("solver,dt", [("rk4", 0.01), ("dopri5", None)])
+def test_divergence_stops_and_keeps_trajectory(solver, dt):
+    tr = simulate(Blowup(), t1=2.0, dt=dt, solver=solver, saveat=201)
+    assert tr.status == "diverged"
+    kept = tr.trimmed()
+    assert 0.8 < float(kept.ts[-1]) < 1.1  # RK4 steps past the pole before overflowing
+    early = np.asarray(kept.ts) < 0.5
+    np.testing.assert_allclose(np.asarray(kept.xs[early, 0]), 1 / (1 - np.asarray(kept.ts[early])), rtol=1e-6)
+
+
+def test_violation_bound_stops_run():
+    tr = simulate(CirclePendulum(use_projection=False), t1=50.0, dt=0.05, solver="euler",
+                  max_violation=0.2)
+    assert tr.status == "diverged"
+    kept = tr.trimmed()
+    assert 0.1 < float(tr.t_final) < 50.0 and float(kept.ts[-1]) <= float(tr.t_final)
+    assert np.abs(kept.violation["velocity"]).max() <= 0.2
+
+
+def test_gradient_matches_finite_differences():
+    model = chain_model([1.0, 0.8], [1.0, 0.5], 9.81)
+    system = TreeSystem(model, q0=[0.7, -0.3])
+    params = system.default_params()
+
+    def final_angle(length_scale, theta0):
+        p = dict(params)
+        p["model"] = eqx.tree_at(lambda m: m.tree_pos, model, model.tree_pos * length_scale)
+        p["q0"] = jnp.array([theta0, -0.3])
+        return simulate(system, params=p, t1=1.0, dt=1e-3, saveat=2).x_final[1]
+
+    g = jax.grad(final_angle, argnums=(0, 1))(1.0, 0.7)
+    h = 1e-5
+    fd0 = (final_angle(1.0 + h, 0.7) - final_angle(1.0 - h, 0.7)) / (2 * h)
+    fd1 = (final_angle(1.0, 0.7 + h) - final_angle(1.0, 0.7 - h)) / (2 * h)
+    np.testing.assert_allclose(g, [fd0, fd1], rtol=1e-6)
+
+
+def test_gradient_through_adaptive_solver_and_params():
+    system, w = oscillator()
+    params = system.default_params()
+
+    def loss(k):
+        p = dict(params)
+        p["model"] = eqx.tree_at(lambda m: m.stiffness, params["model"], jnp.array([k]))
+        return simulate(system, params=p, t1=1.0, solver="dopri5", rtol=1e-10, atol=1e-12,
+                        saveat=2).x_final[0]
+
+    # x(1) = 0.3 cos(sqrt(k)) -> dx/dk = -0.3 sin(sqrt(k)) / (2 sqrt(k))
+    np.testing.assert_allclose(jax.grad(loss)(4.0), -0.3 * math.sin(2.0) / 4.0, rtol=1e-6)
+
+
+def test_vmap_equals_loop():
+    model = chain_model([1.0, 1.0], [1.0, 1.0], 9.81)
+    system = TreeSystem(model, q0=[0.5, 0.1])
+    q0s = jnp.array([[0.5, 0.1], [1.0, -0.4], [0.2, 0.9]])
+    masses = jnp.array([[1.0, 1.0], [2.0, 0.5], [0.7, 1.3]])
+    params = system.default_params()
+
+    def run(q0, mass):
+        p = dict(params, q0=q0, model=eqx.tree_at(lambda m: m.mass, model, mass))
+        return simulate(system, params=p, t1=0.5, dt=1e-3, saveat=11).xs
+
+    batched = jax.vmap(run)(q0s, masses)
+    for i in range(3):
+        np.testing.assert_allclose(batched[i], run(q0s[i], masses[i]), rtol=0, atol=1e-13)
+
+
+def test_new_numbers_do_not_recompile():
+    traces = []
+
+    class Counted(CirclePendulum):
+        def vector_field(self, t, x, params):
+            traces.append(1)
+            return super().vector_field(t, x, params)
+
+    s = Counted()
+    simulate(s, t1=1.0, dt=0.01, saveat=11)
+    n = len(traces)
+    simulate(s, t1=1.0, dt=0.01, saveat=11, params={"g": jnp.asarray(3.0)})
+    simulate(s, t1=2.0, t0=1.0, dt=0.01, saveat=11, x0=jnp.array([0.0, -1.0, 0.1, 0.0]))
+    assert len(traces) == n
+
+
+def test_free_body_mrp_switching_conserves_momentum():
+    b = ModelBuilder(gravity=(0.0, 0.0, 0.0))
+    b.add_body("sc", "world", "free", mass=10.0, com=(0.1, -0.05, 0.2),
+               inertia=np.array([[3.0, 0.1, 0.0], [0.1, 2.0, 0.05], [0.0, 0.05, 4.0]]))
+    system = TreeSystem(b.build(), qd0=[0.4, 2.0, 0.3, 0.1, 0.0, -0.2])
+    tr = simulate(system, t1=20.0, solver="dopri5", rtol=1e-11, atol=1e-12)
+    sig = np.asarray(tr.trimmed().xs[:, :3])
+    norms = np.linalg.norm(sig, axis=1)
+    # switched at every half turn; save points inside adaptive steps come from the
+    # unprojected interpolant, so |sigma| may exceed 1 by a little before the switch.
+    assert norms.max() <= 1.01 and norms.min() < 0.3
+    s = tr.summary()
+    assert s["energy"]["max_rel_change"] < 1e-8
+    assert s["angular_momentum"]["max_abs_change"] < 1e-7
+
+
+def test_bad_options_raise():
+    system, _ = oscillator()
+    with pytest.raises(ValueError, match="solver"):
+        simulate(system, t1=1.0, dt=0.1, solver="rk5")
+    with pytest.raises(ValueError, match="dt"):
+        simulate(system, t1=1.0, solver="rk4")
+    with pytest.raises(ValueError, match="t1"):
+        simulate(system, t1=-1.0, dt=0.1)
+    with pytest.raises(ValueError, match="x0"):
+        simulate(system, t1=1.0, dt=0.1, x0=jnp.zeros(5))
+    with pytest.raises(TypeError):
+        simulate("not a system", t1=1.0, dt=0.1)
+
+
+def test_save_load_roundtrip(tmp_path):
+    system, _ = oscillator()
+    tr = simulate(system, t1=1.0, dt=0.01, saveat=11)
+    path = tr.save(tmp_path / "r.npz", meta={"scenario": "osc", "parameters": {"k": 4.0}})
+    back, meta = diffmb.Trajectory.load(path)
+    np.testing.assert_array_equal(back.xs, tr.xs)
+    assert meta["scenario"] == "osc" and meta["diffmb_version"] == diffmb.__version__
+    assert back.status == "success" and back.state_names == tr.state_names
+    csv = tr.to_csv(tmp_path / "r.csv").read_text().splitlines()
+    assert csv[0] == "t,x,x_dot" and len(csv) == 12
