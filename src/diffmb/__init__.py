@@ -3,6 +3,10 @@
 from . import _config  # noqa: F401  (float64 default, XLA flags)
 from . import spatial
 from .model import Model, ModelBuilder
+from .system import System, TreeSystem
+from .integrate import SOLVERS, simulate
+from .trajectory import Trajectory
+from .urdf import load_urdf
 from .tree import (
     bias_forces,
     center_of_mass,
@@ -22,8 +26,14 @@ from .tree import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "System",
+    "TreeSystem",
+    "simulate",
+    "SOLVERS",
+    "Trajectory",
     "Model",
     "ModelBuilder",
+    "load_urdf",
     "spatial",
     "forward_dynamics",
     "inverse_dynamics",
