@@ -129,7 +129,7 @@ class ProjectedSolver(dfx.AbstractWrappedSolver):
         return self.solver.func(terms, t0, y0, args)
 
 
-def _save_grid(t0: float, t1: float, dt: float | None, saveat) -> np.ndarray:
+def save_grid(t0: float, t1: float, dt: float | None, saveat) -> np.ndarray:
     """Save times: an explicit array, a count, or (None) up to 1001 points on step ends."""
     if saveat is not None and not isinstance(saveat, int | np.integer):
         ts = np.asarray(saveat, dtype=float)
@@ -227,13 +227,18 @@ def simulate(
     if x0.ndim != 1 or x0.shape[0] != n_names:
         raise ValueError(f"x0: expected shape ({n_names},), got {x0.shape}")
 
-    ts = _save_grid(t0f, t1f, None if dt is None else float(dt), saveat)
+    ts = save_grid(t0f, t1f, None if dt is None else float(dt), saveat)
     if max_steps is None:
         if fixed:
             max_steps = _next_pow2(math.ceil((t1f - t0f) / float(dt) * (1 + 1e-9)) + 1)
         else:
             max_steps = 1 << 20
     dtype = x0.dtype
+    if fixed:
+        # Equal steps that land on t1 exactly: diffrax would otherwise take ceil(span/dt)
+        # steps of dt and a sliver, and float round-off in span/dt adds a step.
+        n_fixed = max(1, math.ceil((t1f - t0f) / float(dt) - 1e-6))
+        dt = (t1f - t0f) / n_fixed
     dt0 = None if dt is None else jnp.asarray(dt, dtype)
     run = _Run(
         solver=solver,

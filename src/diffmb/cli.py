@@ -1,0 +1,451 @@
+"""The ``diffmb`` command line: list scenarios, run one, write npz / CSV / JSON / plots.
+
+``diffmb list``
+    The registered scenarios (name, description, paper).
+``diffmb run SCENARIO [options]``
+    Simulate a scenario with its default settings, overridden by options and
+    ``--set NAME=VALUE``. See ``diffmb run --help``.
+
+How a run works
+---------------
+The horizon ``[0, t1]`` is split into ``N`` chunks of equal length. Every chunk is one
+jitted :func:`~diffmb.integrate.simulate` call with the same save-grid length and the same
+``max_steps``; ``t0``, ``t1`` and ``x0`` are passed as numbers, so only the first chunk
+compiles. Default ``N``: the fewest chunks such that every chunk covers at most ~1000
+fixed steps or at most 1/20 of the horizon (so at most 20 chunks; a count that divides
+the number of steps is preferred, keeping chunk ends on step ends); 20 chunks for
+adaptive solvers.
+
+After every chunk the run so far is written atomically to ``<out>/<scenario>.partial.npz``
+(``complete=False`` in its metadata). Ctrl-C keeps that file (exit code 130) and
+``--resume`` continues from it when its scenario, parameters, solver, dt, t1 (and
+stabilization, rtol, atol and chunk count) match. At the end ``<out>/<scenario>.npz``
+(``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
+are written and the partial file is removed. A chunk that ends with an event or a
+divergence stops the run: what was computed is kept and written as usual.
+
+Timing: ``compile_s`` is the first chunk's time minus the median time of the later
+chunks (with a single chunk, that chunk is run a second time and the difference is
+used), clamped at 0; ``wall_s`` is the total time of the chunks minus ``compile_s``,
+i.e. the simulation alone. File writing and plotting are not included. After
+``--resume`` both cover only the chunks run by this process, while ``steps`` counts the
+whole trajectory.
+
+Status: ``success`` (reached ``t1``), ``event`` (a termination event stopped it) or
+``diverged`` (non-finite state, violation above bound, step-size collapse — and also
+diffrax's ``max_steps``, which a fixed-step chunk never reaches and an adaptive chunk
+reaches only when its step size has collapsed). Exit code 0 for ``success`` and
+``event``, 1 for ``diverged``, 2 for bad input, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+from tqdm.auto import tqdm
+
+from . import __version__, scenarios
+from .integrate import FIXED_SOLVERS, SOLVERS, save_grid, simulate
+from .trajectory import Trajectory, concatenate
+
+DEFAULT_OUT = "diffmb-runs"
+STABILIZATIONS = ("none", "baumgarte", "projection")
+MAX_STEPS_PER_CHUNK = 1000
+MAX_DEFAULT_CHUNKS = 20
+ADAPTIVE_SAVE_POINTS = 1000
+
+#: Test seam: when set, called as ``_after_chunk(index, trajectory_so_far)`` after chunk
+#: ``index`` (0-based) has been run and the partial file written.
+_after_chunk: Callable | None = None
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError(message)
+
+
+# --------------------------------------------------------------------------- parsing
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="diffmb", description="Differentiable multibody dynamics: run the papers' cases.")
+    p.add_argument("--version", action="version", version=f"diffmb {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("list", help="list the scenarios", description="List the registered scenarios.")
+    r = sub.add_parser("run", help="simulate a scenario", description=(
+        "Simulate a scenario (defaults from the scenario; see `diffmb list`). Writes "
+        "<out>/<scenario>.npz, .csv and plots; --json writes a summary."))
+    r.add_argument("scenario", metavar="SCENARIO")
+    r.add_argument("--t1", type=float, metavar="S", help="end time [s]")
+    r.add_argument("--dt", type=float, metavar="S",
+                   help="step [s] (fixed-step solvers) or first step (adaptive)")
+    r.add_argument("--solver", type=str.lower, choices=SOLVERS, metavar="NAME",
+                   help=f"one of {', '.join(SOLVERS)}")
+    r.add_argument("--rtol", type=float, metavar="X", help="relative tolerance (adaptive)")
+    r.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
+    r.add_argument("--stabilization", choices=STABILIZATIONS, default="none",
+                   help="constraint stabilization (scenarios with loop closures)")
+    r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
+                   help="override a scenario parameter (repeatable)")
+    r.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
+                   help=f"output folder (default: {DEFAULT_OUT})")
+    r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON summary here")
+    r.add_argument("--no-plot", action="store_true", help="do not write plots")
+    r.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+    r.add_argument("--chunks", type=int, metavar="N", help="number of chunks (default: automatic)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue from <out>/<scenario>.partial.npz when it matches")
+    return p
+
+
+def parse_sets(items) -> dict:
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--set {item!r}: expected NAME=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+# --------------------------------------------------------------------------- resolve
+@dataclass
+class RunConfig:
+    name: str
+    system: object
+    params: object
+    values: dict
+    t1: float
+    dt: float | None
+    solver: str
+    rtol: float
+    atol: float
+    stabilization: str
+    out: Path
+    json_path: Path | None
+    plot: bool
+    quiet: bool
+    chunks: int
+    chunks_given: bool
+    resume: bool
+
+    @property
+    def partial_path(self) -> Path:
+        return self.out / f"{self.name}.partial.npz"
+
+    def meta(self, **extra) -> dict:
+        return {"scenario": self.name, "parameters": self.values, "solver": self.solver,
+                "dt": self.dt, "rtol": self.rtol, "atol": self.atol, "t1": self.t1,
+                "stabilization": self.stabilization, "chunks": self.chunks, **extra}
+
+
+def _positive(name, v):
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise UsageError(f"--{name} must be a positive number, got {v:g}")
+    return v
+
+
+def resolve(args) -> RunConfig:
+    """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
+    sc = scenarios.get(args.scenario)
+    system, params, values = sc.make(parse_sets(args.sets), args.stabilization)
+    solver = args.solver or sc.solver
+    t1 = _positive("t1", args.t1 if args.t1 is not None else sc.t1)
+    dt = _positive("dt", args.dt)
+    if dt is None and solver in FIXED_SOLVERS:
+        dt = float(sc.dt)
+    rtol = _positive("rtol", args.rtol if args.rtol is not None else sc.rtol)
+    atol = _positive("atol", args.atol if args.atol is not None else sc.atol)
+    if args.chunks is not None and args.chunks < 1:
+        raise UsageError(f"--chunks must be at least 1, got {args.chunks}")
+    chunks = args.chunks or default_chunks(t1, dt if solver in FIXED_SOLVERS else None)
+    return RunConfig(
+        name=sc.name, system=system, params=params, values=values, t1=float(t1), dt=dt,
+        solver=solver, rtol=float(rtol), atol=float(atol), stabilization=args.stabilization,
+        out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
+        chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
+    )
+
+
+def default_chunks(t1: float, dt: float | None) -> int:
+    """Fewest chunks with each <= ~MAX_STEPS_PER_CHUNK steps or <= 1/20 of the horizon."""
+    if dt is None:
+        return MAX_DEFAULT_CHUNKS
+    steps = max(1, round(t1 / dt))
+    target = min(math.ceil(steps / MAX_STEPS_PER_CHUNK), MAX_DEFAULT_CHUNKS)
+    for n in range(target, 2 * target + 1):  # prefer chunk ends on step ends
+        if steps % n == 0:
+            return n
+    return target
+
+
+# --------------------------------------------------------------------------- run
+@dataclass
+class RunResult:
+    traj: object = None
+    chunks_done: int = 0
+    times: list = field(default_factory=list)
+    compile_s: float = 0.0
+    wall_s: float = 0.0
+    interrupted: bool = False
+    rerun_s: float | None = None
+
+
+def _chunk_settings(cfg: RunConfig) -> dict:
+    """Steps, save-point count and max_steps, identical for every chunk (one compilation).
+
+    Fixed-step chunks take ``S = ceil(L / dt)`` equal steps of ``(t1_k - t0_k) / S`` (what
+    diffrax's ConstantStepSize does for one run of length ``L``). Passing that step rather
+    than ``dt`` itself matters: diffrax counts ``ceil((t1 - t0) / nextafter(dt))`` steps,
+    and a chunk such as ``[0.2, 0.30000000000000004]`` with ``dt = 1e-3`` would otherwise
+    take 101 steps of 0.99 ms.
+    """
+    length = cfg.t1 / cfg.chunks
+    if cfg.dt is None or cfg.solver not in FIXED_SOLVERS:
+        return {"steps": None, "saveat": max(11, ADAPTIVE_SAVE_POINTS // cfg.chunks + 1),
+                "max_steps": None}
+    steps = max(1, math.ceil(length / cfg.dt * (1 - 1e-12)))
+    return {"steps": steps, "saveat": int(save_grid(0.0, length, length / steps, None).size),
+            "max_steps": 1 << max(4, math.ceil(math.log2(steps + 2)))}
+
+
+def _note(cfg: RunConfig, msg: str):
+    if not cfg.quiet:
+        print(f"diffmb: {msg}", file=sys.stderr)
+
+
+def load_partial(cfg: RunConfig):
+    """``(trajectory, chunks_done)`` from a matching partial file, else ``(None, 0)``."""
+    path = cfg.partial_path
+    if not path.exists():
+        _note(cfg, f"--resume: no partial file {path}; starting fresh")
+        return None, 0
+    try:
+        traj, meta = Trajectory.load(path)
+    except ValueError as e:
+        _note(cfg, f"--resume: {e}; starting fresh")
+        return None, 0
+    if not cfg.chunks_given and isinstance(meta.get("chunks"), int):
+        cfg.chunks = meta["chunks"]
+    want = cfg.meta()
+    diff = [k for k in want if meta.get(k) != want[k]]
+    done = meta.get("chunks_done")
+    if diff or meta.get("complete") or traj.status != "success" or not isinstance(done, int):
+        why = f"its {', '.join(diff)} differ" if diff else "it is not a resumable partial run"
+        _note(cfg, f"--resume: {path} does not match this run ({why}); starting fresh")
+        return None, 0
+    _note(cfg, f"resuming from {path} at t = {float(traj.t_final):.6g} s")
+    return traj, done
+
+
+def _simulate_chunk(cfg, settings, k, x0):
+    t0, t1 = cfg.t1 * k / cfg.chunks, cfg.t1 * (k + 1) / cfg.chunks
+    dt = cfg.dt if settings["steps"] is None else (t1 - t0) / settings["steps"]
+    start = time.perf_counter()
+    tr = simulate(cfg.system, t0=t0, t1=t1, x0=x0, params=cfg.params, dt=dt, solver=cfg.solver,
+                  rtol=cfg.rtol, atol=cfg.atol, saveat=settings["saveat"],
+                  max_steps=settings["max_steps"])
+    jax.block_until_ready(tr)
+    return tr, time.perf_counter() - start
+
+
+def _progress(cfg, start_t):
+    return tqdm(total=cfg.t1, initial=start_t, disable=cfg.quiet, desc=cfg.name, file=sys.stderr,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| t = {n:.4g}/{total:.4g} s "
+                           "[{elapsed}<{remaining}]")
+
+
+def run_chunks(cfg: RunConfig) -> RunResult:
+    """Run the chunks, saving the partial file after each; stops early on event/divergence."""
+    res = RunResult()
+    res.traj, res.chunks_done = load_partial(cfg) if cfg.resume else (None, 0)
+    settings = _chunk_settings(cfg)
+    x0 = cfg.system.init_state(cfg.params) if res.traj is None else res.traj.x_final
+    bar = _progress(cfg, cfg.t1 * res.chunks_done / cfg.chunks)
+    try:
+        x_start = x0
+        for k in range(res.chunks_done, cfg.chunks):
+            x_start = x0
+            tr, seconds = _simulate_chunk(cfg, settings, k, x_start)
+            res.times.append(seconds)
+            res.traj = tr if res.traj is None else concatenate([res.traj, tr])
+            res.chunks_done = k + 1
+            save_partial(cfg, res)
+            bar.update(float(tr.t_final) - bar.n)
+            if _after_chunk is not None:
+                _after_chunk(k, res.traj)
+            if tr.status != "success":
+                break
+            x0 = tr.x_final
+        if len(res.times) == 1:  # time the compiled chunk once more to separate compilation
+            res.rerun_s = _simulate_chunk(cfg, settings, res.chunks_done - 1, x_start)[1]
+    except KeyboardInterrupt:
+        res.interrupted = True
+    finally:
+        bar.close()
+    _timing(res)
+    return res
+
+
+def _timing(res: RunResult):
+    """compile_s = first chunk - median of the others (or of its rerun); wall_s = the rest."""
+    t = res.times
+    if not t:
+        return
+    later = t[1:] or ([res.rerun_s] if res.rerun_s is not None else [])
+    res.compile_s = max(0.0, t[0] - statistics.median(later)) if later else 0.0
+    res.wall_s = sum(t) - res.compile_s
+
+
+def save_partial(cfg: RunConfig, res: RunResult):
+    res.traj.save(cfg.partial_path, meta=cfg.meta(complete=False, chunks_done=res.chunks_done))
+
+
+# --------------------------------------------------------------------------- outputs
+def json_status(traj) -> str:
+    """``success`` | ``event`` | ``diverged`` (diffrax's max_steps counts as diverged)."""
+    s = traj.status
+    return s if s in ("success", "event") else "diverged"
+
+
+def report(cfg: RunConfig, res: RunResult) -> dict:
+    """The ``--json`` object (see the module docstring)."""
+    traj = res.traj
+    summ = traj.summary()
+    out = {
+        "scenario": cfg.name,
+        "t1": cfg.t1,
+        "dt": cfg.dt,
+        "solver": cfg.solver,
+        "steps": int(traj.n_steps),
+        "wall_s": res.wall_s,
+        "compile_s": res.compile_s,
+        "energy": summ.get("energy"),
+    }
+    if "angular_momentum" in summ:
+        out["angular_momentum"] = {"max_abs_change": summ["angular_momentum"]["max_abs_change"]}
+    if traj.violation:
+        v = summ.get("violation", {})
+        out["violation"] = {"position_max": v.get("position_max"), "velocity_max": v.get("velocity_max")}
+    out["final"] = traj.final
+    out["status"] = json_status(traj)
+    return out
+
+
+def _write_json(path: Path, obj: dict):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
+    """Final npz + CSV (+ plots, + JSON); removes the partial file."""
+    traj = res.traj
+    files = [traj.save(cfg.out / f"{cfg.name}.npz",
+                       meta=cfg.meta(complete=True, chunks_done=res.chunks_done))]
+    cfg.partial_path.unlink(missing_ok=True)
+    files.append(traj.to_csv(cfg.out / f"{cfg.name}.csv"))
+    if cfg.plot:
+        from .plot import plot_trajectory
+
+        files += plot_trajectory(traj, cfg.out, title=cfg.name, prefix=f"{cfg.name}_")
+    obj = report(cfg, res)
+    if cfg.json_path is not None:
+        _write_json(cfg.json_path, obj)
+        files.append(cfg.json_path)
+    return obj, files
+
+
+def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
+    traj = res.traj
+    e, v = obj.get("energy"), obj.get("violation")
+    rows = [
+        ("status", f"{obj['status']} ({traj.message})"),
+        ("t reached", f"{float(traj.t_final):.6g} s of {cfg.t1:.6g} s"),
+        ("steps", f"{obj['steps']} ({cfg.solver}, dt = {cfg.dt if cfg.dt is not None else 'adaptive'}, "
+                  f"{res.chunks_done} chunk{'s' if res.chunks_done != 1 else ''})"),
+        ("wall", f"{res.wall_s:.3g} s simulation"),
+        ("compile", f"{res.compile_s:.3g} s"),
+        ("energy", "n/a" if e is None else
+         f"max |E - E0| = {e['max_abs_change']:.3g} (relative {e['max_rel_change']:.3g})"),
+    ]
+    if "angular_momentum" in obj:
+        rows.append(("momentum", f"max |h - h0| = {obj['angular_momentum']['max_abs_change']:.3g}"))
+    rows.append(("violation", "no constraints" if v is None else
+                 ", ".join(f"{k} {x:.3g}" for k, x in v.items() if x is not None)))
+    rows.append(("files", f"{cfg.out}/: " + ", ".join(
+        str(p.relative_to(cfg.out)) if p.is_relative_to(cfg.out) else str(p) for p in files)))
+    print(_table(rows, header=None))
+
+
+def _table(rows, header=None) -> str:
+    rows = ([header] if header else []) + [tuple(r) for r in rows]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + str(r[-1]) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_list() -> int:
+    rows = [(s.name, s.description, s.paper) for s in sorted(scenarios.REGISTRY.values(), key=lambda s: s.name)]
+    print(_table(rows, header=("NAME", "DESCRIPTION", "PAPER")))
+    return 0
+
+
+def cmd_run(args) -> int:
+    try:
+        cfg = resolve(args)
+    except (ValueError, TypeError, UsageError) as e:
+        return _fail(e)
+    res = run_chunks(cfg)
+    if res.interrupted:
+        where = (f"partial results up to t = {float(res.traj.t_final):.6g} s kept in {cfg.partial_path}; "
+                 f"continue with --resume") if res.traj is not None else "nothing was saved"
+        print(f"diffmb: interrupted; {where}", file=sys.stderr)
+        return 130
+    obj, files = write_outputs(cfg, res)
+    if obj["status"] != "success":
+        print(f"diffmb: {res.traj.message}", file=sys.stderr)
+    if not cfg.quiet:
+        print_summary(cfg, res, obj, files)
+    return 1 if obj["status"] == "diverged" else 0
+
+
+def _fail(err) -> int:
+    msg = " ".join(str(err).split()) or type(err).__name__
+    print(f"diffmb: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``diffmb`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        return _fail(e)
+    except SystemExit as e:  # --help / --version
+        return e.code if isinstance(e.code, int) else 0
+    if args.command == "list":
+        return cmd_list()
+    if args.command == "run":
+        return cmd_run(args)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
