@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 
+from . import constraints as cs
 from . import joints as jt
 from . import spatial as sp
 from . import tree
@@ -70,26 +72,38 @@ class System(eqx.Module):
         return {}
 
 
+STABILIZATIONS = ("none", "baumgarte", "projection")
+
+
 class TreeSystem(System):
-    """An open tree of rigid bodies (ABA) with joint springs/dampers and forcing.
+    """A tree of rigid bodies (ABA), optionally closed by loop-closure constraints.
 
     State ``x = [q; qd]`` in the model's public order. Parameters (a dict):
     ``model`` (the :class:`~diffmb.model.Model`, whose arrays are the numbers),
-    ``q0``/``qd0`` (initial state) and ``forcing`` (anything ``tau_fn`` needs).
+    ``q0``/``qd0`` (initial state), ``forcing`` (anything ``tau_fn`` needs) and, with
+    closures, ``closures`` (:class:`~diffmb.constraints.LoopClosures`, node placements)
+    and ``baumgarte`` (``{"a": ..., "b": ...}``, eq. 41).
 
-    ``tau_fn(t, q, qd, forcing) -> tau`` adds time-dependent generalized forces on top of
-    the passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11).
-    ``project`` performs the MRP shadow-set switch of spherical/free joints
-    (Fulton & Schaub section 2.1) — never inside the vector field.
+    ``tau_fn(t, q, qd, forcing) -> tau`` adds generalized forces (hinge models, actuation)
+    to the passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11).
+    ``stabilization``: ``none``, ``baumgarte`` (gains in params) or ``projection`` (after
+    every step, :func:`~diffmb.constraints.project_state`). ``project`` also performs the
+    MRP shadow-set switch of spherical/free joints (section 2.1) — never the vector field.
     """
 
     model: Model
     q0: jnp.ndarray
     qd0: jnp.ndarray
     forcing: object
+    closures: object
+    baumgarte: dict
     tau_fn: Callable | None = eqx.field(static=True, default=None)
+    stabilization: str = eqx.field(static=True, default="none")
+    projection_iterations: int = eqx.field(static=True, default=3)
 
-    def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None):
+    def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
+                 closures=None, stabilization="none", baumgarte=(0.0, 0.0),
+                 projection_iterations=3):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -97,11 +111,24 @@ class TreeSystem(System):
         for name, v in (("q0", self.q0), ("qd0", self.qd0)):
             if v.shape != (model.nq,):
                 raise ValueError(f"TreeSystem {name}: expected shape ({model.nq},), got {v.shape}")
+        if stabilization not in STABILIZATIONS:
+            raise ValueError(f"stabilization: unknown {stabilization!r}; expected one of {list(STABILIZATIONS)}")
+        if closures is None and stabilization != "none":
+            raise ValueError(f"stabilization {stabilization!r} needs loop closures; this system has none")
         self.tau_fn = tau_fn
         self.forcing = forcing
+        self.closures = closures
+        a, b = baumgarte
+        self.baumgarte = {"a": jnp.asarray(a, dt), "b": jnp.asarray(b, dt)}
+        self.stabilization = stabilization
+        self.projection_iterations = int(projection_iterations)
 
     def default_params(self):
-        return {"model": self.model, "q0": self.q0, "qd0": self.qd0, "forcing": self.forcing}
+        p = {"model": self.model, "q0": self.q0, "qd0": self.qd0, "forcing": self.forcing}
+        if self.closures is not None:
+            p["closures"] = self.closures
+            p["baumgarte"] = self.baumgarte
+        return p
 
     def init_state(self, params):
         return jnp.concatenate([params["q0"], params["qd0"]])
@@ -117,12 +144,22 @@ class TreeSystem(System):
             tau = tau + self.tau_fn(t, q, qd, params["forcing"])
         return tau
 
-    def vector_field(self, t, x, params):
+    def accelerations(self, t, x, params):
+        """``(qdd, lambda)``; ``lambda`` is empty without closures."""
         model = params["model"]
         q, qd = self.split(x)
         tau = self.generalized_force(t, q, qd, params)
-        qdd = tree.forward_dynamics(model, q, qd, tau)
-        return jnp.concatenate([tree.coordinate_rates(model, q, qd), qdd])
+        if self.closures is None:
+            return tree.forward_dynamics(model, q, qd, tau), jnp.zeros(0, q.dtype)
+        gains = None
+        if self.stabilization == "baumgarte":
+            gains = (params["baumgarte"]["a"], params["baumgarte"]["b"])
+        return cs.constrained_acceleration(model, q, qd, tau, params["closures"], gains)
+
+    def vector_field(self, t, x, params):
+        q, qd = self.split(x)
+        qdd, _ = self.accelerations(t, x, params)
+        return jnp.concatenate([tree.coordinate_rates(params["model"], q, qd), qdd])
 
     @property
     def _mrp_slices(self):
@@ -133,12 +170,34 @@ class TreeSystem(System):
 
     @property
     def has_projection(self) -> bool:
-        return len(self._mrp_slices) > 0
+        return len(self._mrp_slices) > 0 or self.stabilization == "projection"
 
     def project(self, x, params):
+        if self.stabilization == "projection":
+            q, qd = self.split(x)
+            q, qd = cs.project_state(params["model"], q, qd, params["closures"],
+                                     self.projection_iterations)
+            x = jnp.concatenate([q, qd])
         for s, e in self._mrp_slices:
             x = x.at[s:e].set(sp.mrp_switch(x[s:e]))
         return x
+
+    def violation(self, x, params):
+        if self.closures is None:
+            return {}
+        model, nodes = params["model"], params["closures"]
+        q, qd = self.split(x)
+        rows = cs.row_index(nodes.closures)
+        phi = cs.position_residual(model, q, nodes).reshape(-1)[rows]
+        w = cs.relative_velocity(model, q, qd, nodes).reshape(-1)[rows]
+        return {"position": jnp.max(jnp.abs(phi)), "velocity": jnp.max(jnp.abs(w))}
+
+    def constraint_wrenches(self, t, x, params):
+        """Wrench (P, 6) ``[torque; force]`` body B exerts on body A at node A, in A's axes."""
+        _, lam = self.accelerations(t, x, params)
+        nodes = params["closures"]
+        P = len(nodes.closures)
+        return jnp.zeros(6 * P, x.dtype).at[np.asarray(nodes.rows)].set(lam).reshape(P, 6)
 
     def diagnostics(self, x, params):
         model = params["model"]
@@ -148,6 +207,10 @@ class TreeSystem(System):
             lin, ang = tree.momentum(model, q, qd)
             out["angular_momentum"] = ang
             out["linear_momentum"] = lin
+        if self.closures is not None:
+            rows = cs.row_index(params["closures"].closures)
+            w = cs.relative_velocity(model, q, qd, params["closures"]).reshape(-1)[rows]
+            out["phidot_sq"] = jnp.dot(w, w)  # the paper's Phi_dot^T Phi_dot (Figs. 11, 17)
         return out
 
     @property

@@ -1,0 +1,180 @@
+"""Loop closures: a four-bar linkage against its one-coordinate model, redundancy,
+stabilization (Baumgarte, projection), constraint wrenches, gradients w.r.t. gains."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from diffmb import ModelBuilder, TreeSystem, simulate
+from diffmb.constraints import make_closures
+
+A, B, C, D = 1.0, 2.5, 2.0, 2.2  # crank, coupler, rocker, ground (Grashof crank-rocker)
+M1, M2, M3 = 1.0, 2.0, 1.5
+G = 9.81
+
+
+def rod(m, l):
+    return np.diag([1e-6 * m, m * l * l / 12, m * l * l / 12])
+
+
+def assemble(theta):
+    """Open-branch position analysis: coupler and rocker absolute angles."""
+    ax, ay = A * math.cos(theta), A * math.sin(theta)
+    dx, dy = D - ax, -ay
+    r = math.hypot(dx, dy)
+    base = math.atan2(dy, dx)
+    gamma = math.acos((B * B + r * r - C * C) / (2 * B * r))
+    phi = base + gamma
+    bx, by = ax + B * math.cos(phi), ay + B * math.sin(phi)
+    psi = math.atan2(by, bx - D)
+    return phi, psi
+
+
+def fourbar_system(theta0, omega0, stabilization="projection", gains=(0.0, 0.0)):
+    b = ModelBuilder(gravity=(0.0, -G, 0.0))
+    b.add_body("crank", "world", "revolute", axis=(0, 0, 1), mass=M1, com=(A / 2, 0, 0), inertia=rod(M1, A))
+    b.add_body("coupler", "crank", "revolute", axis=(0, 0, 1), pos=(A, 0, 0), mass=M2,
+               com=(B / 2, 0, 0), inertia=rod(M2, B))
+    b.add_body("rocker", "world", "revolute", axis=(0, 0, 1), pos=(D, 0, 0), mass=M3,
+               com=(C / 2, 0, 0), inertia=rod(M3, C))
+    model = b.build()
+    phi, psi = assemble(theta0)
+    q0 = jnp.array([theta0, phi - theta0, psi])
+    # velocities consistent with the closure: differentiate the position analysis
+    h = 1e-7
+    p1, s1 = assemble(theta0 + h)
+    p0, s0 = assemble(theta0 - h)
+    dphi, dpsi = (p1 - p0) / (2 * h), (s1 - s0) / (2 * h)
+    qd0 = jnp.array([omega0, (dphi - 1.0) * omega0, dpsi * omega0])
+    nodes = make_closures(model, q0, [dict(name="B", body_a="coupler", body_b="rocker",
+                                           kind="hinge", axis=2, pos_a=(B, 0, 0), pos_b=(C, 0, 0))])
+    return TreeSystem(model, q0, qd0, closures=nodes, stabilization=stabilization, baumgarte=gains)
+
+
+def minimal_model_rhs(state):
+    """The same mechanism in the crank angle alone: M(th) th'' + M'(th) th'^2 / 2 + V'(th) = 0."""
+
+    def angles(th):
+        ax, ay = A * jnp.cos(th), A * jnp.sin(th)
+        dx, dy = D - ax, -ay
+        r = jnp.sqrt(dx * dx + dy * dy)
+        phi = jnp.arctan2(dy, dx) + jnp.arccos((B * B + r * r - C * C) / (2 * B * r))
+        bx, by = ax + B * jnp.cos(phi), ay + B * jnp.sin(phi)
+        psi = jnp.arctan2(by, bx - D)
+        return th, phi, psi
+
+    def coms(th):
+        t, phi, psi = angles(th)
+        c1 = 0.5 * A * jnp.array([jnp.cos(t), jnp.sin(t)])
+        c2 = A * jnp.array([jnp.cos(t), jnp.sin(t)]) + 0.5 * B * jnp.array([jnp.cos(phi), jnp.sin(phi)])
+        c3 = jnp.array([D, 0.0]) + 0.5 * C * jnp.array([jnp.cos(psi), jnp.sin(psi)])
+        return (c1, c2, c3), (t, phi, psi)
+
+    def mass(th):
+        Jc = jax.jacfwd(lambda x: coms(x)[0])(th)
+        Ja = jax.jacfwd(lambda x: jnp.stack(angles(x)))(th)
+        Izz = jnp.array([M1 * A * A / 12, M2 * B * B / 12, M3 * C * C / 12])
+        m = jnp.array([M1, M2, M3])
+        return sum(m[i] * jnp.dot(Jc[i], Jc[i]) for i in range(3)) + jnp.sum(Izz * Ja**2)
+
+    def potential(th):
+        (c1, c2, c3), _ = coms(th)
+        return G * (M1 * c1[1] + M2 * c2[1] + M3 * c3[1])
+
+    th, om = state[0], state[1]
+    dM = jax.grad(mass)(th)
+    acc = -(0.5 * dM * om**2 + jax.grad(potential)(th)) / mass(th)
+    return jnp.array([om, acc])
+
+
+def test_fourbar_matches_minimal_coordinates():
+    theta0, omega0 = 0.3, 2.0
+    system = fourbar_system(theta0, omega0)
+    report = system.closures.report
+    assert report.rank == 2 and set(report.redundant) == {"B:rx", "B:ry", "B:tz"}
+    tr = simulate(system, t1=3.0, solver="dopri8", rtol=1e-11, atol=1e-12, saveat=31)
+
+    from diffmb.system import System
+
+    class OneDof(System):
+        def default_params(self):
+            return {}
+
+        def init_state(self, params):
+            return jnp.array([theta0, omega0])
+
+        def vector_field(self, t, x, params):
+            return minimal_model_rhs(x)
+
+        @property
+        def state_names(self):
+            return ("theta", "omega")
+
+    ref = simulate(OneDof(), t1=3.0, solver="dopri8", rtol=1e-11, atol=1e-12, saveat=31)
+    np.testing.assert_allclose(np.asarray(tr.xs[:, 0]), np.asarray(ref.xs[:, 0]), atol=1e-7)
+    np.testing.assert_allclose(np.asarray(tr.xs[:, 3]), np.asarray(ref.xs[:, 1]), atol=1e-7)
+    s = tr.summary()
+    assert s["violation"]["position_max"] < 1e-9  # save points inside adaptive steps: interpolant error
+    assert s["energy"]["max_rel_change"] < 1e-8
+
+
+def test_drift_none_vs_baumgarte_vs_projection():
+    out = {}
+    for stab, gains in (("none", (0.0, 0.0)), ("baumgarte", (10.0, 10.0)), ("projection", (0.0, 0.0))):
+        tr = simulate(fourbar_system(0.3, 2.0, stab, gains), t1=3.0, dt=1e-2, solver="rk4")
+        out[stab] = tr.summary()["violation"]["position_max"]
+    assert out["projection"] < 1e-12
+    assert out["baumgarte"] < out["none"]
+
+
+def test_constraint_wrench_balances_gravity_at_rest():
+    """At rest the closure carries part of the weight: the tree alone would fall."""
+    system = fourbar_system(0.3, 0.0)
+    p = system.default_params()
+    x = system.init_state(p)
+    w = system.constraint_wrenches(0.0, x, p)
+    assert w.shape == (1, 6)
+    assert abs(float(w[0, 2])) == 0.0  # the hinge axis row is free
+    assert np.linalg.norm(np.asarray(w[0, 3:5])) > 1.0  # in-plane force of order m g
+    qdd = system.vector_field(0.0, x, p)[3:]
+    G = system.closures
+    from diffmb.constraints import jacobian
+
+    np.testing.assert_allclose(jacobian(p["model"], x[:3], G) @ qdd, 0.0, atol=1e-10)
+
+
+def test_gradient_of_violation_wrt_baumgarte_gains():
+    system = fourbar_system(0.3, 2.0, "baumgarte", (5.0, 5.0))
+    params = system.default_params()
+
+    # start off the velocity manifold so the gains matter
+    x0 = system.init_state(params).at[5].add(0.2)
+
+    def loss(a):
+        p = dict(params, baumgarte={"a": a, "b": params["baumgarte"]["b"]})
+        tr = simulate(system, params=p, x0=x0, t1=0.5, dt=1e-2, solver="rk4", saveat=11)
+        return jnp.sum(tr.violation["velocity"] ** 2)
+
+    g = jax.grad(loss)(jnp.asarray(5.0))
+    h = 1e-4
+    fd = (loss(jnp.asarray(5.0 + h)) - loss(jnp.asarray(5.0 - h))) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-5)
+
+
+def test_closure_errors_name_the_closure():
+    b = ModelBuilder()
+    b.add_body("a", "world", "revolute", mass=1.0, inertia=np.eye(3))
+    b.add_body("b", "world", "revolute", pos=(1, 0, 0), mass=1.0, inertia=np.eye(3))
+    model = b.build()
+    with pytest.raises(ValueError, match="'gap'.*violates"):
+        make_closures(model, model.neutral(), [dict(name="gap", body_a="a", body_b="b", kind="point")])
+    with pytest.raises(ValueError, match="unknown body"):
+        make_closures(model, model.neutral(), [dict(name="x", body_a="a", body_b="nope")])
+    with pytest.raises(ValueError, match="kind"):
+        make_closures(model, model.neutral(), [dict(name="x", body_a="a", body_b="b", kind="glue",
+                                                    pos_b=(-1, 0, 0))])
+    with pytest.raises(ValueError, match="needs loop closures"):
+        TreeSystem(model, stabilization="projection")
