@@ -290,7 +290,7 @@ class ModelBuilder:
             _Body(
                 name=name,
                 parent=parent,
-                kind=joint,
+                kind=str(joint),
                 joint_name=jname,
                 axis=_unit(axis, what + " axis"),
                 axis2=_unit(axis2, what + " axis2"),
@@ -366,8 +366,11 @@ class ModelBuilder:
         index = {n: i for i, n in enumerate(names)}
         parents = tuple(-1 if placements[n][0] == "world" else index[placements[n][0]] for n in names)
         kinds = tuple(by_name[n].kind for n in names)
-        if "free" in kinds[1:] or (kinds[0] == "free" and parents[0] != -1):
-            raise ValueError("a free joint is supported only as the root body's joint")
+        for n, k, par in zip(names[1:], kinds[1:], parents[1:]):
+            if k == "free":
+                raise ValueError(
+                    f"body {n!r}: a free joint is supported only as the first (root) body's joint"
+                )
         for n in names:
             m, c, I = inert[n]
             if m <= 0:

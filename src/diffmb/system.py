@@ -21,6 +21,7 @@ import abc
 from collections.abc import Callable
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -211,6 +212,9 @@ class TreeSystem(System):
             rows = cs.row_index(params["closures"].closures)
             w = cs.relative_velocity(model, q, qd, params["closures"]).reshape(-1)[rows]
             out["phidot_sq"] = jnp.dot(w, w)  # the paper's Phi_dot^T Phi_dot (Figs. 11, 17)
+            G = cs.jacobian(model, q, params["closures"])
+            Y = jax.vmap(lambda g: cs.mass_solve(model, q, g))(G)
+            out["closure_rank"] = cs.numerical_rank(G @ Y.T)
         return out
 
     @property
