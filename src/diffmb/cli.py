@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"one of {', '.join(SOLVERS)}")
     r.add_argument("--rtol", type=float, metavar="X", help="relative tolerance (adaptive)")
     r.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
-    r.add_argument("--stabilization", choices=STABILIZATIONS, default="none",
-                   help="constraint stabilization (scenarios with loop closures)")
+    r.add_argument("--stabilization", choices=STABILIZATIONS, default=None,
+                   help="constraint stabilization (scenarios with loop closures; default: the scenario's)")
     r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
                    help="override a scenario parameter (repeatable)")
     r.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
@@ -160,7 +160,8 @@ def _positive(name, v):
 def resolve(args) -> RunConfig:
     """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
     sc = scenarios.get(args.scenario)
-    system, params, values = sc.make(parse_sets(args.sets), args.stabilization)
+    stabilization = args.stabilization or sc.stabilization
+    system, params, values = sc.make(parse_sets(args.sets), stabilization)
     solver = args.solver or sc.solver
     t1 = _positive("t1", args.t1 if args.t1 is not None else sc.t1)
     dt = _positive("dt", args.dt)
@@ -173,7 +174,7 @@ def resolve(args) -> RunConfig:
     chunks = args.chunks or default_chunks(t1, dt if solver in FIXED_SOLVERS else None)
     return RunConfig(
         name=sc.name, system=system, params=params, values=values, t1=float(t1), dt=dt,
-        solver=solver, rtol=float(rtol), atol=float(atol), stabilization=args.stabilization,
+        solver=solver, rtol=float(rtol), atol=float(atol), stabilization=stabilization,
         out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
         chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
     )

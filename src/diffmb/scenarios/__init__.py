@@ -31,6 +31,7 @@ class Scenario:
     rtol: float = 1e-8
     atol: float = 1e-10
     stabilizations: tuple = ("none",)
+    stabilization: str = "none"
 
     def resolve(self, overrides: dict | None = None) -> dict:
         """Defaults updated by ``overrides``; unknown names raise ValueError."""
@@ -47,8 +48,9 @@ class Scenario:
                 raise ValueError(f"parameter {k!r}: {v!r} is not a number") from None
         return values
 
-    def make(self, overrides: dict | None = None, stabilization: str = "none"):
-        """``(system, params, values)`` for this case."""
+    def make(self, overrides: dict | None = None, stabilization: str | None = None):
+        """``(system, params, values)`` for this case (default stabilization if None)."""
+        stabilization = self.stabilization if stabilization is None else stabilization
         if stabilization not in self.stabilizations:
             raise ValueError(
                 f"scenario {self.name!r} supports stabilization {list(self.stabilizations)}, "
@@ -75,4 +77,4 @@ def get(name: str) -> Scenario:
     return REGISTRY[name]
 
 
-from . import pendulum  # noqa: E402,F401  (registers)
+from . import origami, pendulum  # noqa: E402,F401  (registers)

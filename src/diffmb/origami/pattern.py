@@ -1,0 +1,249 @@
+"""Crease patterns of rigid panels, and their compilation into a closed-tree System.
+
+A :class:`CreasePattern` is the flat (deployed) layout: panels as planar polygons in the
+``z = 0`` plane and creases (hinges) between pairs of panels, each with the fold angle of
+the initial state. :func:`build` turns it into the paper's tree-augmented model
+(Fulton & Schaub sections 3-4): a root panel on a free (6-DOF) joint, a spanning tree of
+the panel graph (:mod:`diffmb.topology`) whose edges become revolute joints, and the cut
+creases as hinge closures (5 constrained rows each) between node frames placed at the
+crease midpoints with their ``x`` axis along the crease.
+
+Frames and signs (the paper's tables leave them open; this is our choice):
+
+* in the flat state every body frame is parallel to the world frame; a child panel's
+  origin is the midpoint of the crease to its parent, the root's origin its centroid;
+* a hinge axis runs along its crease, oriented so that a *positive* joint angle lifts the
+  child panel towards ``+z`` — a *valley* fold in the FOLD convention (positive
+  ``edges_foldAngle``), mountain folds are negative; ``+-pi`` is folded flat;
+* hinge springs act as ``-K (theta - rest)``, rest 0 (flat) unless given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import topology as topo
+from ..constraints import make_closures
+from ..model import ModelBuilder
+from ..system import TreeSystem
+
+
+@dataclass
+class Panel:
+    """A rigid panel: ``vertices (k, 3)`` in the flat layout (``z = 0``), mass, and its
+    3x3 inertia about the centroid in panel axes (``None``: thin plate from the polygon)."""
+
+    name: str
+    vertices: np.ndarray
+    mass: float
+    inertia: np.ndarray | None = None
+    com: np.ndarray | None = None
+
+    def centroid(self) -> np.ndarray:
+        if self.com is not None:
+            return np.asarray(self.com, float)
+        return polygon_centroid(np.asarray(self.vertices, float))
+
+
+@dataclass
+class Crease:
+    """A hinge between panels ``a`` and ``b`` along the segment ``p1 -> p2`` (flat layout).
+
+    ``fold``: initial fold angle (rad; valley positive); ``stiffness``/``damping``/``rest``:
+    the linear hinge of Fulton & Schaub eq. (11).
+    """
+
+    a: str
+    b: str
+    p1: np.ndarray
+    p2: np.ndarray
+    fold: float = 0.0
+    stiffness: float = 0.0
+    damping: float = 0.0
+    rest: float = 0.0
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.a}-{self.b}"
+
+
+@dataclass
+class CreasePattern:
+    panels: list
+    creases: list
+    root: str
+    cut: tuple = ()  # crease (a, b) pairs to cut; the rest of the tree is found by search
+    method: str = "bfs"
+
+    def panel(self, name) -> Panel:
+        for p in self.panels:
+            if p.name == name:
+                return p
+        raise ValueError(f"unknown panel {name!r}")
+
+
+@dataclass(frozen=True)
+class OrigamiInfo:
+    """Chain matrix kappa (eq. 18, tip to base), closure pairs Gamma (eq. 19) and counts."""
+
+    chains: tuple
+    pairs: tuple
+    n_b: int
+    n_h: int
+    n_p: int
+    n_c: int
+    hinge_names: tuple = field(default=())
+
+
+# --------------------------------------------------------------------- geometry
+
+
+def polygon_centroid(v: np.ndarray) -> np.ndarray:
+    """Area centroid of a planar polygon (vertices in order, z = 0)."""
+    x, y = v[:, 0], v[:, 1]
+    xn, yn = np.roll(x, -1), np.roll(y, -1)
+    cr = x * yn - xn * y
+    A = cr.sum() / 2
+    if abs(A) < 1e-14:
+        raise ValueError("degenerate panel polygon (zero area)")
+    return np.array([((x + xn) * cr).sum() / (6 * A), ((y + yn) * cr).sum() / (6 * A), 0.0])
+
+
+def polygon_area(v: np.ndarray) -> float:
+    x, y = v[:, 0], v[:, 1]
+    return abs((x * np.roll(y, -1) - np.roll(x, -1) * y).sum()) / 2
+
+
+def plate_inertia(v: np.ndarray, mass: float) -> np.ndarray:
+    """Inertia about the centroid of a uniform thin polygonal plate (fan triangulation)."""
+    c = polygon_centroid(v)
+    Ixx = Iyy = Ixy = 0.0
+    area = polygon_area(v)
+    for i in range(1, len(v) - 1):
+        tri = np.array([v[0], v[i], v[i + 1]])[:, :2] - c[:2]
+        a = abs(np.cross(tri[1] - tri[0], tri[2] - tri[0])) / 2
+        # second moments of a triangle about the origin: A/6 * (sum x_i^2 + sum x_i x_j)
+        s = lambda f, g: (f @ g + f.sum() * g.sum()) / 12 * a  # noqa: E731
+        Ixx += s(tri[:, 1], tri[:, 1])
+        Iyy += s(tri[:, 0], tri[:, 0])
+        Ixy += s(tri[:, 0], tri[:, 1])
+    rho = mass / area
+    I = rho * np.array([[Ixx, -Ixy, 0.0], [-Ixy, Iyy, 0.0], [0.0, 0.0, Ixx + Iyy]])
+    return I
+
+
+# ------------------------------------------------------------------------ build
+
+
+def _validate(pattern: CreasePattern):
+    names = [p.name for p in pattern.panels]
+    if len(set(names)) != len(names):
+        raise ValueError("duplicate panel names")
+    for p in pattern.panels:
+        v = np.asarray(p.vertices, float)
+        if v.ndim != 2 or v.shape[1] != 3 or len(v) < 3:
+            raise ValueError(f"panel {p.name!r}: vertices must be (k >= 3, 3)")
+        if np.abs(v[:, 2]).max() > 1e-9:
+            raise ValueError(f"panel {p.name!r}: the flat layout must lie in z = 0")
+        if p.mass <= 0:
+            raise ValueError(f"panel {p.name!r}: mass must be positive")
+    for c in pattern.creases:
+        for n in (c.a, c.b):
+            if n not in names:
+                raise ValueError(f"crease {c.label!r}: unknown panel {n!r}")
+        if np.linalg.norm(np.asarray(c.p2, float) - np.asarray(c.p1, float)) < 1e-12:
+            raise ValueError(f"crease {c.label!r}: zero length")
+    if pattern.root not in names:
+        raise ValueError(f"root panel {pattern.root!r} is not a panel")
+
+
+def _hinge_axis(crease: Crease, child: Panel) -> np.ndarray:
+    """Unit crease direction oriented so a positive angle lifts ``child`` to +z."""
+    p1, p2 = np.asarray(crease.p1, float), np.asarray(crease.p2, float)
+    a = (p2 - p1) / np.linalg.norm(p2 - p1)
+    d = child.centroid() - (p1 + p2) / 2
+    return a if np.cross(a, d)[2] > 0 else -a
+
+
+def _node_rot(axis: np.ndarray) -> np.ndarray:
+    e3 = np.array([0.0, 0.0, 1.0])
+    return np.stack([axis, np.cross(e3, axis), e3])
+
+
+def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str = "projection",
+          baumgarte=(0.0, 0.0), tau_fn=None, forcing=None, gravity=(0.0, 0.0, 0.0),
+          projection_iterations: int = 3):
+    """Compile ``pattern`` into a :class:`~diffmb.system.TreeSystem` with closures.
+
+    Returns ``(system, info)``; ``info`` is an :class:`OrigamiInfo`. The initial state
+    has the tree hinges at their creases' ``fold`` angles; the cut creases' folds must be
+    consistent with them (checked: a ValueError names the closure that does not meet).
+    """
+    _validate(pattern)
+    creases = {frozenset((c.a, c.b)): c for c in pattern.creases}
+    if len(creases) != len(pattern.creases):
+        raise ValueError("two creases join the same pair of panels")
+    tp = topo.spanning_tree([(c.a, c.b) for c in pattern.creases], pattern.root,
+                            method=pattern.method, cut=pattern.cut)
+    panels = {p.name: p for p in pattern.panels}
+    origin = {pattern.root: panels[pattern.root].centroid()}
+    b = ModelBuilder(gravity=gravity)
+    hinge_names, q0 = [], []
+    root = panels[pattern.root]
+    b.add_body(root.name, "world", "free" if free_root else "fixed",
+               pos=origin[root.name], mass=root.mass, com=root.centroid() - origin[root.name],
+               inertia=_inertia(root), joint_name=f"{root.name}_free")
+    q0 += [0.0] * 6 if free_root else []
+    for parent, child in tp.tree_edges:
+        c = creases[frozenset((parent, child))]
+        p1, p2 = np.asarray(c.p1, float), np.asarray(c.p2, float)
+        mid = (p1 + p2) / 2
+        origin[child] = mid
+        axis = _hinge_axis(c, panels[child])
+        b.add_body(child, parent, "revolute", axis=axis, pos=mid - origin[parent],
+                   mass=panels[child].mass, com=panels[child].centroid() - mid,
+                   inertia=_inertia(panels[child]), joint_name=f"theta_{child}",
+                   stiffness=c.stiffness, damping=c.damping, rest=c.rest)
+        hinge_names.append(f"theta_{child}")
+        q0.append(c.fold)
+    model = b.build()
+    q0 = np.asarray(q0)
+    pairs = []
+    for a_name, b_name in tp.cut_edges:
+        c = creases[frozenset((a_name, b_name))]
+        p1, p2 = np.asarray(c.p1, float), np.asarray(c.p2, float)
+        mid = (p1 + p2) / 2
+        axis = (p2 - p1) / np.linalg.norm(p2 - p1)
+        R = _node_rot(axis)
+        pairs.append(dict(name=c.label, body_a=a_name, body_b=b_name, kind="hinge", axis=0,
+                          pos_a=mid - origin[a_name], pos_b=mid - origin[b_name], rot_a=R, rot_b=R))
+    closures = make_closures(model, q0, pairs) if pairs else None
+    if closures is None:
+        stabilization = "none"
+    system = TreeSystem(model, q0, np.zeros_like(q0), closures=closures,
+                        stabilization=stabilization, baumgarte=baumgarte, tau_fn=tau_fn,
+                        forcing=forcing, projection_iterations=projection_iterations)
+    return system, _info(tp)
+
+
+def _inertia(panel: Panel) -> np.ndarray:
+    if panel.inertia is not None:
+        return np.asarray(panel.inertia, float)
+    return plate_inertia(np.asarray(panel.vertices, float), panel.mass)
+
+
+def _info(tp: topo.Topology) -> OrigamiInfo:
+    leaves = [n for i, n in enumerate(tp.nodes) if not tp.children[i]]
+    chains = tuple(tp.path_to_root(n) for n in leaves)
+    with_nodes = {n for e in tp.cut_edges for n in e}
+    return OrigamiInfo(
+        chains=chains,
+        pairs=tuple(tuple(e) for e in tp.cut_edges),
+        n_b=len(tp.nodes),
+        n_h=len(chains),
+        n_p=len(tp.cut_edges),
+        n_c=len(with_nodes),
+    )
