@@ -61,6 +61,12 @@ def mm(A, B):
     return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
 
 
+def _same(*xs):
+    """Broadcast explicitly to a common shape (the code runs under strict rank promotion)."""
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in xs))
+    return [jnp.broadcast_to(x, shape) for x in xs]
+
+
 def safe_norm(v, axis=-1):
     """Euclidean norm whose gradient at zero is zero instead of NaN."""
     sq = jnp.sum(v * v, axis=axis)
@@ -80,7 +86,8 @@ def axis_angle_dcm(axis, angle):
     s = jnp.sin(angle)[..., None, None]
     eye = jnp.eye(3, dtype=jnp.result_type(axis, angle))
     outer = axis[..., :, None] * axis[..., None, :]
-    return c * eye - s * skew(axis) + (1.0 - c) * outer
+    c, s, eye, S, outer = _same(c, s, eye, skew(axis), outer)
+    return c * eye - s * S + (1.0 - c) * outer
 
 
 def rpy_dcm(rpy):
@@ -101,7 +108,7 @@ def mrp_to_dcm(sigma):
     """DCM ``[BN]`` from MRPs ``sigma_B/N`` (Schaub & Junkins eq. 3.153)."""
     s2 = jnp.sum(sigma * sigma, axis=-1)[..., None, None]
     S = skew(sigma)
-    eye = jnp.eye(3, dtype=sigma.dtype)
+    eye, S, s2 = _same(jnp.eye(3, dtype=sigma.dtype), S, s2)
     return eye + (8.0 * mm(S, S) - 4.0 * (1.0 - s2) * S) / (1.0 + s2) ** 2
 
 
@@ -111,9 +118,9 @@ def mrp_B(sigma):
     ``B = 1/4 [(1 - sigma^2) I + 2 [sigma~] + 2 sigma sigma^T]``; ``omega`` in B-frame.
     """
     s2 = jnp.sum(sigma * sigma, axis=-1)[..., None, None]
-    eye = jnp.eye(3, dtype=sigma.dtype)
     outer = sigma[..., :, None] * sigma[..., None, :]
-    return 0.25 * ((1.0 - s2) * eye + 2.0 * skew(sigma) + 2.0 * outer)
+    eye, S, s2, outer = _same(jnp.eye(3, dtype=sigma.dtype), skew(sigma), s2, outer)
+    return 0.25 * ((1.0 - s2) * eye + 2.0 * S + 2.0 * outer)
 
 
 def mrp_shadow(sigma):
@@ -132,10 +139,10 @@ def quat_to_dcm(q):
     """DCM ``[BN]`` from a scalar-last unit quaternion ``[q1, q2, q3, q4]``."""
     v = q[..., :3]
     w = q[..., 3][..., None, None]
-    eye = jnp.eye(3, dtype=q.dtype)
     vv = jnp.sum(v * v, axis=-1)[..., None, None]
     outer = v[..., :, None] * v[..., None, :]
-    return (w * w - vv) * eye + 2.0 * outer - 2.0 * w * skew(v)
+    eye, w, vv, outer, S = _same(jnp.eye(3, dtype=q.dtype), w, vv, outer, skew(v))
+    return (w * w - vv) * eye + 2.0 * outer - 2.0 * w * S
 
 
 def dcm_to_quat(C):
@@ -291,7 +298,7 @@ def spatial_inertia(mass, com, inertia_com):
     m = jnp.asarray(mass)[..., None, None]
     C = skew(com)
     Ct = jnp.swapaxes(C, -1, -2)
-    eye = jnp.eye(3, dtype=C.dtype)
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=C.dtype), C.shape)  # explicit rank (strict promotion)
     top = jnp.concatenate([inertia_com + m * mm(C, Ct), m * C], -1)
     bot = jnp.concatenate([m * Ct, m * eye], -1)
     return jnp.concatenate([top, bot], -2)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from . import joints as jt
 from . import spatial as sp
+from . import sweep
 from .model import Model
 
 
@@ -145,54 +146,20 @@ def _gravity_accel(model: Model):
     return jnp.concatenate([jnp.zeros(3, model.gravity.dtype), -model.gravity])
 
 
-def forward_dynamics(model: Model, q, qd, tau, f_ext=None):
+def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "auto"):
     """Articulated-body algorithm (Featherstone table 7.1; Jain's ABFD): ``qdd``, O(n).
 
     ``tau`` is the total generalized force (add :func:`joint_forces` for springs and
     dampers). Never forms the mass matrix.
+
+    ``backend`` picks the sweep (:mod:`diffmb.sweep`): ``"unroll"`` (Python loop over
+    bodies, fastest run time), ``"scan"`` (``lax.scan`` over runs of same-kind bodies,
+    flat compile time) or ``"auto"`` (unroll up to ``sweep.UNROLL_MAX`` bodies).
+    All give the same result to rounding.
     """
     q, qd, tau = _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, tau, "tau")
     f_ext = _fext(model, f_ext)
-    N = model.n_bodies
-    X = joint_transforms(model, q)
-    v, c = _velocities(model, q, qd, X)
-    Ib = model.spatial_inertias()
-    IA = [Ib[i] for i in range(N)]
-    pA = []
-    for i in range(N):
-        p = sp.cross_force(v[i], sp.mv(Ib[i], v[i]))
-        pA.append(p if f_ext is None else p - f_ext[i])
-
-    U, Dinv_u, Dinv = [None] * N, [None] * N, [None] * N
-    for i in reversed(range(N)):
-        kind = model.joint_kinds[i]
-        qi = _block(model, q, i)
-        S = jt.subspace(kind, model.axis[i], model.axis2[i], qi)
-        Ui = sp.mm(IA[i], S)
-        D = sp.mm(S.T, Ui)
-        u = _block(model, tau, i) - sp.mtv(S, pA[i])
-        if S.shape[1] == 1:
-            Di = 1.0 / D
-        else:
-            Di = jnp.linalg.inv(D)
-        U[i], Dinv[i] = Ui, Di
-        Dinv_u[i] = sp.mv(Di, u)
-        p = model.parents[i]
-        if p >= 0:
-            Ia = IA[i] - sp.mm(Ui, sp.mm(Di, Ui.T))
-            pa = pA[i] + sp.mv(Ia, c[i]) + sp.mv(Ui, Dinv_u[i])
-            IA[p] = IA[p] + sp.inertia_to_parent(*X[i], Ia)
-            pA[p] = pA[p] + sp.xform_force_T(*X[i], pa)
-
-    a0 = _gravity_accel(model)
-    a, qdd = [None] * N, [None] * N
-    for i in range(N):
-        p = model.parents[i]
-        ap = sp.xform_motion(*X[i], a0 if p < 0 else a[p]) + c[i]
-        qdd[i] = Dinv_u[i] - sp.mv(Dinv[i], sp.mtv(U[i], ap))
-        S = jt.subspace(model.joint_kinds[i], model.axis[i], model.axis2[i], _block(model, q, i))
-        a[i] = ap + sp.mv(S, qdd[i])
-    return _scatter(model, qdd)
+    return sweep.aba(model, q, qd, tau, f_ext, backend=backend)
 
 
 # --------------------------------------------------------------------------- RNEA
