@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from diffrax._local_interpolation import ThirdOrderHermitePolynomialInterpolation
-from diffrax._solver.runge_kutta import AbstractERK, ButcherTableau
+from diffrax._solver.runge_kutta import AbstractERK, AbstractRungeKutta, ButcherTableau
 
 from .system import System
 from .trajectory import STATUS_CODES, Trajectory
@@ -105,6 +105,12 @@ class ProjectedSolver(dfx.AbstractWrappedSolver):
     @property
     def term_compatible_contr_kwargs(self):
         return self.solver.term_compatible_contr_kwargs
+
+    @property
+    def scan_kind(self):
+        # DirectAdjoint looks at this through isinstance forwarding; the inner solver is
+        # built with scan_kind="bounded" for that adjoint (see _solve).
+        return getattr(self.solver, "scan_kind", "bounded")
 
     def order(self, terms):
         return self.solver.order(terms)
@@ -282,7 +288,9 @@ class _Run(eqx.Module):
 @eqx.filter_jit
 def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     fixed = run.solver in FIXED_SOLVERS
-    inner = (FIXED_SOLVERS if fixed else ADAPTIVE_SOLVERS)[run.solver]()
+    cls = (FIXED_SOLVERS if fixed else ADAPTIVE_SOLVERS)[run.solver]
+    rk = issubclass(cls, AbstractRungeKutta)
+    inner = cls(scan_kind="bounded") if (rk and run.adjoint == "direct") else cls()
     solver = ProjectedSolver(inner, system) if system.has_projection else inner
     if fixed:
         controller = dfx.ConstantStepSize()

@@ -86,7 +86,9 @@ class TreeSystem(System):
     and ``baumgarte`` (``{"a": ..., "b": ...}``, eq. 41).
 
     ``tau_fn(t, q, qd, forcing) -> tau`` adds generalized forces (hinge models, actuation)
-    to the passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11).
+    to the passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11);
+    ``potential_fn(q, forcing) -> U`` (optional) is its potential, added to the energy
+    diagnostic (e.g. :mod:`diffmb.origami.hinges`).
     ``stabilization``: ``none``, ``baumgarte`` (gains in params) or ``projection`` (after
     every step, :func:`~diffmb.constraints.project_state`). ``project`` also performs the
     MRP shadow-set switch of spherical/free joints (section 2.1) — never the vector field.
@@ -99,12 +101,13 @@ class TreeSystem(System):
     closures: object
     baumgarte: dict
     tau_fn: Callable | None = eqx.field(static=True, default=None)
+    potential_fn: Callable | None = eqx.field(static=True, default=None)
     stabilization: str = eqx.field(static=True, default="none")
     projection_iterations: int = eqx.field(static=True, default=3)
 
     def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
                  closures=None, stabilization="none", baumgarte=(0.0, 0.0),
-                 projection_iterations=3):
+                 projection_iterations=3, potential_fn=None):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -117,6 +120,7 @@ class TreeSystem(System):
         if closures is None and stabilization != "none":
             raise ValueError(f"stabilization {stabilization!r} needs loop closures; this system has none")
         self.tau_fn = tau_fn
+        self.potential_fn = potential_fn
         self.forcing = forcing
         self.closures = closures
         a, b = baumgarte
@@ -158,6 +162,11 @@ class TreeSystem(System):
         return cs.constrained_acceleration(model, q, qd, tau, params["closures"], gains)
 
     def vector_field(self, t, x, params):
+        # Solvers trace the vector field several times (stage loop, checkpointing, dense
+        # output); an inner jit traces the tree algorithms once per structure.
+        return _tree_vector_field(self, t, x, params)
+
+    def _vector_field(self, t, x, params):
         q, qd = self.split(x)
         qdd, _ = self.accelerations(t, x, params)
         return jnp.concatenate([tree.coordinate_rates(params["model"], q, qd), qdd])
@@ -204,6 +213,8 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         out = {"energy": tree.energy(model, q, qd)}
+        if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
+            out["energy"] = out["energy"] + self.potential_fn(q, params["forcing"])
         if model.floating_base:
             lin, ang = tree.momentum(model, q, qd)
             out["angular_momentum"] = ang
@@ -224,3 +235,8 @@ class TreeSystem(System):
     @property
     def state_names(self):
         return self.model.coordinate_names + self.model.velocity_names
+
+
+@eqx.filter_jit
+def _tree_vector_field(system, t, x, params):
+    return system._vector_field(t, x, params)
