@@ -21,7 +21,8 @@ After every chunk the run so far is written atomically to ``<out>/<scenario>.par
 ``--resume`` continues from it when its scenario, parameters, solver, dt, t1 (and
 stabilization, rtol, atol and chunk count) match. At the end ``<out>/<scenario>.npz``
 (``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
-are written and the partial file is removed. A chunk that ends with an event or a
+are written and the partial file is removed (``--animate``: also ``<out>/<scenario>.gif``,
+origami scenarios only). A chunk that ends with an event or a
 divergence stops the run: what was computed is kept and written as usual.
 
 Timing: ``compile_s`` is the first chunk's time minus the median time of the later
@@ -103,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"output folder (default: {DEFAULT_OUT})")
     r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON summary here")
     r.add_argument("--no-plot", action="store_true", help="do not write plots")
+    r.add_argument("--animate", action="store_true",
+                   help="write <out>/<scenario>.gif, a 3-D animation (origami scenarios)")
     r.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     r.add_argument("--chunks", type=int, metavar="N", help="number of chunks (default: automatic)")
     r.add_argument("--resume", action="store_true",
@@ -140,6 +143,7 @@ class RunConfig:
     chunks: int
     chunks_given: bool
     resume: bool
+    animate: bool = False
 
     @property
     def partial_path(self) -> Path:
@@ -177,6 +181,7 @@ def resolve(args) -> RunConfig:
         solver=solver, rtol=float(rtol), atol=float(atol), stabilization=stabilization,
         out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
         chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
+        animate=bool(getattr(args, "animate", False)),
     )
 
 
@@ -363,6 +368,10 @@ def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
         from .plot import plot_trajectory
 
         files += plot_trajectory(traj, cfg.out, title=cfg.name, prefix=f"{cfg.name}_")
+    if cfg.animate:
+        from .origami.animate import animate_scenario
+
+        files += [p for p in [animate_scenario(cfg.name, cfg.values, cfg.system, traj, cfg.out)] if p]
     obj = report(cfg, res)
     if cfg.json_path is not None:
         _write_json(cfg.json_path, obj)

@@ -87,7 +87,12 @@ class CreasePattern:
 
 @dataclass(frozen=True)
 class OrigamiInfo:
-    """Chain matrix kappa (eq. 18, tip to base), closure pairs Gamma (eq. 19) and counts."""
+    """Chain matrix kappa (eq. 18, tip to base), closure pairs Gamma (eq. 19) and counts.
+
+    ``hinge_names``: the tree hinges' coordinate names; ``panel_outlines``: one
+    ``(body name, vertices)`` per panel, the vertices (tuples) in the body's own frame
+    (for drawing: world = body origin + dcm^T @ vertex).
+    """
 
     chains: tuple
     pairs: tuple
@@ -96,6 +101,7 @@ class OrigamiInfo:
     n_p: int
     n_c: int
     hinge_names: tuple = field(default=())
+    panel_outlines: tuple = field(default=())
 
 
 # --------------------------------------------------------------------- geometry
@@ -175,12 +181,14 @@ def _node_rot(axis: np.ndarray) -> np.ndarray:
 
 def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str = "projection",
           baumgarte=(0.0, 0.0), tau_fn=None, forcing=None, gravity=(0.0, 0.0, 0.0),
-          projection_iterations: int = 3):
+          projection_iterations: int = 3, potential_fn=None):
     """Compile ``pattern`` into a :class:`~diffmb.system.TreeSystem` with closures.
 
     Returns ``(system, info)``; ``info`` is an :class:`OrigamiInfo`. The initial state
     has the tree hinges at their creases' ``fold`` angles; the cut creases' folds must be
     consistent with them (checked: a ValueError names the closure that does not meet).
+    ``tau_fn``/``forcing``/``potential_fn``: extra hinge models (see
+    :mod:`diffmb.origami.hinges`), passed to the :class:`~diffmb.system.TreeSystem`.
     """
     _validate(pattern)
     creases = {frozenset((c.a, c.b)): c for c in pattern.creases}
@@ -225,8 +233,13 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
         stabilization = "none"
     system = TreeSystem(model, q0, np.zeros_like(q0), closures=closures,
                         stabilization=stabilization, baumgarte=baumgarte, tau_fn=tau_fn,
-                        forcing=forcing, projection_iterations=projection_iterations)
-    return system, _info(tp)
+                        forcing=forcing, projection_iterations=projection_iterations,
+                        potential_fn=potential_fn)
+    outlines = tuple(
+        (name, tuple(tuple(float(c) for c in v) for v in np.asarray(panels[name].vertices, float) - origin[name]))
+        for name in tp.nodes
+    )
+    return system, _info(tp, tuple(hinge_names), outlines)
 
 
 def _inertia(panel: Panel) -> np.ndarray:
@@ -235,7 +248,7 @@ def _inertia(panel: Panel) -> np.ndarray:
     return plate_inertia(np.asarray(panel.vertices, float), panel.mass)
 
 
-def _info(tp: topo.Topology) -> OrigamiInfo:
+def _info(tp: topo.Topology, hinge_names=(), outlines=()) -> OrigamiInfo:
     leaves = [n for i, n in enumerate(tp.nodes) if not tp.children[i]]
     chains = tuple(tp.path_to_root(n) for n in leaves)
     with_nodes = {n for e in tp.cut_edges for n in e}
@@ -246,4 +259,6 @@ def _info(tp: topo.Topology) -> OrigamiInfo:
         n_h=len(chains),
         n_p=len(tp.cut_edges),
         n_c=len(with_nodes),
+        hinge_names=hinge_names,
+        panel_outlines=outlines,
     )

@@ -72,6 +72,10 @@ def register(scenario: Scenario) -> Scenario:
 
 
 def get(name: str) -> Scenario:
+    """The registered scenario ``name``, or for a path ending in ``.fold`` an ad-hoc
+    scenario that loads that FOLD crease pattern (:func:`origami.fold_scenario`)."""
+    if str(name).lower().endswith(".fold") and name not in REGISTRY:
+        return origami.fold_scenario(name)  # ValueError naming the path if it is missing
     if name not in REGISTRY:
         raise ValueError(f"unknown scenario {name!r}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]

@@ -3,11 +3,31 @@
 ``fold-4panel`` (section 4.2), ``fold-2x4`` (section 4.3.1), ``fold-3x3`` (Fig. 13, the
 case the paper could not run) and ``map-fold`` (any rows x cols). Geometry, frames and
 fold signs: :mod:`diffmb.origami.pattern` and :mod:`diffmb.origami.patterns`.
+
+Hinge models (:mod:`diffmb.origami.hinges`), all ``--set`` numbers; the defaults reproduce
+the paper (linear springs, no stops):
+
+``hinge``       0: linear torsion springs ``K`` (eq. 11, default); 1: tape springs on the
+                tree hinges instead (their linear ``K`` is set to 0; damping stays)
+``ts_K``        tape spring stiffness near flat ``K_flat`` [N m/rad]
+``ts_Mpeak``    snap-through peak moment ``M_peak`` [N m]
+``ts_Mplat``    folded plateau moment ``M_plateau`` [N m]
+``ts_asym``     negative-side moments = ``ts_asym`` x the positive ones (1: symmetric)
+``ts_damping``  tape spring damping [N m s/rad]
+``stop``        deployment stops at ``|theta| <= stop`` [rad] (0: none; ``pi``: no folding
+                past 180 degrees, cf. section 4.3.1)
+``stop_k``, ``stop_c``  stop stiffness [N m/rad] and Hunt-Crossley damping [N m s/rad^2]
+
+Loop-closed (cut) creases carry no hinge torque, for the linear springs as for these.
+:func:`outlines` gives a scenario's panel polygons (for ``diffmb run --animate``).
 """
 
 from __future__ import annotations
 
+import math
+
 from ..origami import build, fold_2x4, fold_3x3, fold_4panel, map_fold
+from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.patterns import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA
 from . import Scenario, register
 
@@ -19,40 +39,107 @@ def _gains(v):
     return (v["a"], v["b"])
 
 
-def _4panel(v, stabilization):
-    return _system(fold_4panel(k=v["K"], damping=v["damping"]), v, stabilization)
+def _linear(v, key="K"):
+    """Linear stiffness: 0 when tape springs replace the linear springs (``hinge=1``)."""
+    return 0.0 if _hinge_kind(v) == 1 else v[key]
 
 
-def _2x4(v, stabilization):
-    return _system(fold_2x4(k=v["K"], k7=v["K7"], hub_mass=v["hub_mass"], damping=v["damping"]),
-                   v, stabilization)
+def _hinge_kind(v) -> int:
+    h = v.get("hinge", 0.0)
+    if h not in (0.0, 1.0):
+        raise ValueError(f"parameter 'hinge': 0 (linear springs) or 1 (tape springs), got {h:g}")
+    return int(h)
 
 
-def _3x3(v, stabilization):
-    return _system(fold_3x3(k=v["K"], k_col=v["K_col"], hub_mass=v["hub_mass"], damping=v["damping"]),
-                   v, stabilization)
+def _pattern_4panel(v):
+    return fold_4panel(k=_linear(v), damping=v["damping"])
 
 
-def _map(v, stabilization):
+def _pattern_2x4(v):
+    return fold_2x4(k=_linear(v), k7=_linear(v, "K7"), hub_mass=v["hub_mass"], damping=v["damping"])
+
+
+def _pattern_3x3(v):
+    return fold_3x3(k=_linear(v), k_col=_linear(v, "K_col"), hub_mass=v["hub_mass"], damping=v["damping"])
+
+
+def _pattern_map(v):
     rows, cols = int(v["rows"]), int(v["cols"])
     if rows != v["rows"] or cols != v["cols"] or rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be positive integers (got {v['rows']}, {v['cols']})")
-    pattern = map_fold(rows, cols, panel_mass=1.0, hub_mass=v["hub_mass"],
-                       panel_inertia=PAPER_PANEL_INERTIA, hub_inertia=PAPER_HUB_INERTIA,
-                       k_row=v["K"], k_col=v["K_col"], damping=v["damping"])
-    return _system(pattern, v, stabilization)
+    return map_fold(rows, cols, panel_mass=1.0, hub_mass=v["hub_mass"],
+                    panel_inertia=PAPER_PANEL_INERTIA, hub_inertia=PAPER_HUB_INERTIA,
+                    k_row=_linear(v), k_col=_linear(v, "K_col"), damping=v["damping"])
 
 
-def _system(pattern, v, stabilization):
-    system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v))
-    return system, system.default_params()
+PATTERNS = {"fold-4panel": _pattern_4panel, "fold-2x4": _pattern_2x4,
+            "fold-3x3": _pattern_3x3, "map-fold": _pattern_map}
+
+
+def hinge_set(pattern, v):
+    """The scenario's extra hinge models (``None`` for the paper's linear springs only)."""
+    tape = None
+    if _hinge_kind(v) == 1:
+        r = v["ts_asym"]
+        if not r > 0:
+            raise ValueError(f"parameter 'ts_asym' must be positive, got {r:g}")
+        tape = dict(K_flat=v["ts_K"], M_peak=v["ts_Mpeak"], M_plateau=v["ts_Mplat"],
+                    M_peak_neg=r * v["ts_Mpeak"], M_plateau_neg=r * v["ts_Mplat"],
+                    damping=v["ts_damping"])
+    stops = None
+    if v["stop"] != 0.0:
+        if not (math.isfinite(v["stop"]) and v["stop"] > 0):
+            raise ValueError(f"parameter 'stop' must be a positive angle in rad (0: none), got {v['stop']:g}")
+        stops = dict(upper=v["stop"], k=v["stop_k"], c=v["stop_c"])
+    if tape is None and stops is None:
+        return None
+    # build() adds the free root (6 coordinates) then one revolute hinge per tree edge
+    n = len(pattern.panels) - 1
+    return make_hinges(range(6, 6 + n), 6 + n, tape_spring=tape, stops=stops)
+
+
+def _build(name, v, stabilization):
+    pattern = PATTERNS[name](v)
+    hs = hinge_set(pattern, v)
+    kw = {} if hs is None else dict(tau_fn=hs.tau_fn, forcing=hs.forcing, potential_fn=hs.potential)
+    system, info = build(pattern, stabilization=stabilization, baumgarte=_gains(v), **kw)
+    if hs is not None and hinge_indices(system.model) != hs.tau_fn.indices:
+        raise AssertionError("hinge coordinates differ from the built model's")  # pragma: no cover
+    return system, info
+
+
+def outlines(name, values=None):
+    """``OrigamiInfo.panel_outlines`` of scenario ``name`` (``None`` if not an origami case)."""
+    if name not in PATTERNS:
+        return None
+    from . import get
+
+    v = get(name).resolve(values)
+    _, info = _build(name, v, "none")
+    return info.panel_outlines
+
+
+def _maker(name):
+    def make(v, stabilization):
+        system, _ = _build(name, v, stabilization)
+        return system, system.default_params()
+
+    return make
+
+
+_4panel, _2x4, _3x3, _map = (_maker(n) for n in ("fold-4panel", "fold-2x4", "fold-3x3", "map-fold"))
+
+
+def _hinge_defaults(scale):
+    return {"hinge": 0.0, "ts_K": 10.0 * scale, "ts_Mpeak": 3.0 * scale, "ts_Mplat": 1.0 * scale,
+            "ts_asym": 1.0, "ts_damping": 0.0, "stop": 0.0, "stop_k": 100.0, "stop_c": 20.0}
 
 
 register(Scenario(
     name="fold-4panel",
     description="four-panel map fold on a free-flying root, one closure (sec. 4.2, Tables 1-4)",
     paper=PAPER, build=_4panel,
-    defaults={"K": 0.1, "damping": 0.0, "a": 100.0, "b": 0.0},
+    defaults={"K": 0.1, "damping": 0.0, "a": 100.0, "b": 0.0, **_hinge_defaults(0.1)},
     t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="baumgarte",
 ))
 
@@ -60,7 +147,8 @@ register(Scenario(
     name="fold-2x4",
     description="2 x 4 map fold, two chains, three closures (sec. 4.3.1, Tables 5-8)",
     paper=PAPER, build=_2x4,
-    defaults={"K": 0.01, "K7": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0},
+    defaults={"K": 0.01, "K7": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0,
+              **_hinge_defaults(0.01)},
     t1=30.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="baumgarte",
 ))
 
@@ -68,7 +156,8 @@ register(Scenario(
     name="fold-3x3",
     description="3 x 3 map fold, three chains, two bodies with two closures (Fig. 13, Fig. 20)",
     paper=PAPER, build=_3x3,
-    defaults={"K": 0.01, "K_col": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0},
+    defaults={"K": 0.01, "K_col": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0,
+              **_hinge_defaults(0.01)},
     t1=30.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
 ))
 
@@ -77,6 +166,90 @@ register(Scenario(
     description="rows x cols map fold around a free-flying hub (--set rows=.. cols=..)",
     paper=PAPER, build=_map,
     defaults={"rows": 3.0, "cols": 3.0, "K": 0.01, "K_col": 0.03, "hub_mass": 100.0,
-              "damping": 0.0, "a": 40.0, "b": 0.0},
+              "damping": 0.0, "a": 40.0, "b": 0.0, **_hinge_defaults(0.01)},
     t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
 ))
+
+
+# ------------------------------------------------------ Miura, Scheel and FOLD files
+
+
+def _count(v, key, least):
+    n = int(v[key])
+    if n != v[key] or n < least:
+        raise ValueError(f"parameter {key!r} must be an integer >= {least}, got {v[key]:g}")
+    return n
+
+
+def _pattern_miura(v):
+    from ..origami.patterns import miura
+
+    return miura(_count(v, "rows", 1), _count(v, "cols", 1), angle_deg=v["angle"], a=v["len_a"],
+                 b=v["len_b"], fold=v["fold"], panel_mass=1.0, hub_mass=v["hub_mass"],
+                 stiffness=_linear(v), k_zigzag=_linear(v, "K_zig"), damping=v["damping"])
+
+
+def _pattern_scheel(v):
+    from ..origami.patterns import scheel
+
+    return scheel(_count(v, "sectors", 3), _count(v, "rings", 1), hub_radius=v["hub_radius"],
+                  ring_width=v["ring_width"], panel_density=v["density"], hub_mass=v["hub_mass"],
+                  stiffness=_linear(v), k_ring=_linear(v, "K_ring"), damping=v["damping"])
+
+
+PATTERNS.update({"miura": _pattern_miura, "scheel": _pattern_scheel})
+
+
+def _scheel(v, stabilization):
+    system, _ = _build("scheel", v, stabilization)
+    params = system.default_params()
+    params["qd0"] = params["qd0"].at[2].set(v["spin"])  # hub spin about its normal: a rigid rotation
+    return system, params
+
+
+register(Scenario(
+    name="miura",
+    description="rows x cols Miura-ori, partially folded, around a free-flying corner panel (Fig. 3)",
+    paper=PAPER, build=_maker("miura"),
+    defaults={"rows": 3.0, "cols": 3.0, "angle": 60.0, "len_a": 1.0, "len_b": 1.0,
+              "fold": math.pi / 3, "K": 0.01, "K_zig": 0.01, "hub_mass": 10.0, "damping": 0.0,
+              "a": 40.0, "b": 0.0, **_hinge_defaults(0.01)},
+    t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
+))
+
+register(Scenario(
+    name="scheel",
+    description="radial (Scheel) pattern around a polygonal hub, ring closed by closures (Figs. 4-5)",
+    paper=PAPER, build=_scheel,
+    defaults={"sectors": 6.0, "rings": 2.0, "hub_radius": 1.0, "ring_width": 1.0, "density": 0.25,
+              "hub_mass": 100.0, "K": 0.01, "K_ring": 0.01, "damping": 0.0, "spin": 0.1,
+              "a": 40.0, "b": 0.0, **_hinge_defaults(0.01)},
+    t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
+))
+
+
+def fold_scenario(path) -> Scenario:
+    """An ad-hoc scenario for a FOLD file (``diffmb run pattern.fold``), named after the
+    file's stem. Parameters: ``density`` [kg/m^2], ``stiffness``, ``damping`` (every
+    hinge), ``hub_mass`` (root panel; 0: from the density), Baumgarte ``a``, ``b``."""
+    import os
+
+    from ..origami.fold import load_fold
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"FOLD file not found: {path}")
+
+    def make(v, stabilization):
+        pattern = load_fold(path, density=v["density"], stiffness=v["stiffness"], damping=v["damping"],
+                            hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None)
+        system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v))
+        return system, system.default_params()
+
+    stem = os.path.splitext(os.path.basename(path))[0] or "fold"
+    return Scenario(
+        name=stem, description=f"crease pattern from {path}", paper="FOLD file", build=make,
+        defaults={"density": 1.0, "stiffness": 0.01, "damping": 0.0, "hub_mass": 0.0,
+                  "a": 40.0, "b": 0.0},
+        t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
+    )

@@ -1,0 +1,429 @@
+"""Load crease patterns from FOLD files (and write them back).
+
+FOLD (https://github.com/edemaine/fold) is JSON. What :func:`load_fold` reads:
+
+* ``vertices_coords``: the *flat* crease pattern, 2-D ``[x, y]`` or 3-D ``[x, y, 0]``
+  (metres); a 3-D file with a non-zero ``z`` (a folded state) is rejected;
+* ``faces_vertices``: each face's vertex indices in order (>= 3, a simple polygon of
+  non-zero area); every face becomes a rigid panel (mass ``density * area``, thin-plate
+  inertia from :func:`~diffmb.origami.pattern.plate_inertia`);
+* ``edges_vertices`` and ``edges_assignment``: ``B`` boundary (exactly one face), ``M``
+  mountain, ``V`` valley, ``U`` unassigned (hinges: exactly two faces), ``F`` flat — see
+  below; the letters are case-insensitive;
+* ``edges_foldAngle`` (optional): degrees in ``[-180, 180]``. The FOLD spec: "The fold
+  angle is positive for valley folds, negative for mountain folds, and zero for flat,
+  unassigned, and border folds" — the same sign as :mod:`diffmb.origami.pattern`
+  (positive lifts a panel towards ``+z``, the side the counter-clockwise faces face), so
+  the angle is used as it is, in radians. A sign that contradicts ``M``/``V`` is rejected.
+
+Conventions chosen here:
+
+* ``F`` (flat) edges are *welded*: the faces they join are merged into one rigid panel
+  (union-find), with summed mass, the area-weighted centre of mass and the summed
+  (parallel-axis) plate inertias; its polygon is the outer boundary of the merged faces.
+  This is exact for a rigid panel drawn as several facets (e.g. a triangulated quad, as
+  Origami Simulator exports them), and adds no stiff hinge to the dynamics.
+* ``U`` (unassigned) edges are free hinges: fold angle from ``edges_foldAngle`` or 0.
+* Initial fold angles: ``edges_foldAngle`` when present, else 0 (flat). With
+  ``fold_fraction`` given, every ``M`` crease starts at ``-pi * fold_fraction`` and every
+  ``V`` crease at ``+pi * fold_fraction`` (``U`` at 0), overriding ``edges_foldAngle``.
+  Either way :func:`~diffmb.origami.pattern.build` checks that the state closes and names
+  the crease (``e<index>``) whose closure does not meet.
+* Root: the face (panel) of largest area (the first on ties) or the face index given;
+  ``root="hub"`` is the same as the default — the root panel is the free-flying hub,
+  with ``hub_mass`` (inertia scaled with it) when given. The remaining tree is breadth
+  first; non-tree creases become hinge closures in :func:`build`.
+* Names: panel ``f<i>`` (``i`` the lowest face index of a merged panel), crease
+  ``e<i>`` (``i`` the FOLD edge index; for collinear edge segments between the same two
+  panels, merged into one hinge, the lowest).
+
+Malformed input raises ValueError naming the key and the index.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+
+import numpy as np
+
+from .pattern import Crease, CreasePattern, Panel, plate_inertia, polygon_area, polygon_centroid
+
+ASSIGNMENTS = {"B", "M", "V", "F", "U"}
+_TOL = 1e-9
+
+
+def load_fold(path_or_dict, *, density: float = 1.0, root=None, hub_mass: float | None = None,
+              stiffness: float = 0.01, damping: float = 0.0,
+              fold_fraction: float | None = None) -> CreasePattern:
+    """A :class:`~diffmb.origami.pattern.CreasePattern` from a FOLD file, JSON text or dict.
+
+    ``density``: areal density [kg/m^2]; ``stiffness`` [N m/rad], ``damping``
+    [N m s/rad]: every hinge's linear spring / damper (rest angle 0, i.e. flat);
+    ``root``: ``None``/``"hub"`` (largest panel) or a face index; ``hub_mass``: the root
+    panel's mass; ``fold_fraction``: see the module docstring.
+    """
+    data, where = _read(path_or_dict)
+    try:
+        return _load(data, density=density, root=root, hub_mass=hub_mass, stiffness=stiffness,
+                     damping=damping, fold_fraction=fold_fraction)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}" if where else str(e)) from None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read(src):
+    if isinstance(src, dict):
+        return src, ""
+    if isinstance(src, (str, os.PathLike)):
+        path = os.fspath(src)
+        if isinstance(src, str) and src.lstrip().startswith("{"):
+            text, where = src, ""
+        else:
+            if not os.path.isfile(path):
+                raise ValueError(f"FOLD file not found: {path}")
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            where = path
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where or 'FOLD text'}: not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{where or 'FOLD text'}: expected a JSON object at the top level")
+        return data, where
+    raise TypeError(f"load_fold: expected a path, JSON text or dict, got {type(src).__name__}")
+
+
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int_list(value, key, i, n_max, min_len):
+    if not isinstance(value, (list, tuple)) or len(value) < min_len:
+        raise ValueError(f"{key}[{i}]: expected a list of at least {min_len} vertex indices, got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{key}[{i}]: vertex index {v!r} is not an integer")
+        if not 0 <= v < n_max:
+            raise ValueError(f"{key}[{i}]: vertex index {v} out of range (there are {n_max} vertices)")
+        out.append(v)
+    return out
+
+
+def _list(data, key, required=True):
+    if key not in data:
+        if required:
+            raise ValueError(f"missing key {key!r}")
+        return None
+    value = data[key]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
+    for name, v in (("density", density), ("stiffness", stiffness), ("damping", damping)):
+        if not _number(v):
+            raise ValueError(f"{name}: expected a number, got {v!r}")
+    if density <= 0:
+        raise ValueError(f"density must be positive, got {density}")
+    if hub_mass is not None and not (_number(hub_mass) and hub_mass > 0):
+        raise ValueError(f"hub_mass must be a positive number, got {hub_mass!r}")
+    if fold_fraction is not None and not (_number(fold_fraction) and -1 <= fold_fraction <= 1):
+        raise ValueError(f"fold_fraction must be a number in [-1, 1], got {fold_fraction!r}")
+
+    # vertices
+    coords = _list(data, "vertices_coords")
+    if len(coords) < 3:
+        raise ValueError(f"vertices_coords: expected at least 3 vertices, got {len(coords)}")
+    V = np.zeros((len(coords), 3))
+    for i, c in enumerate(coords):
+        if not isinstance(c, (list, tuple)) or len(c) not in (2, 3) or not all(_number(x) for x in c):
+            raise ValueError(f"vertices_coords[{i}]: expected 2 or 3 numbers, got {c!r}")
+        if len(c) == 3 and abs(c[2]) > _TOL:
+            raise ValueError(f"vertices_coords[{i}]: expected the flat crease pattern (z = 0), got z = {c[2]}")
+        V[i, :2] = c[:2]
+    n_v = len(V)
+
+    # faces
+    faces_raw = _list(data, "faces_vertices")
+    if not faces_raw:
+        raise ValueError("faces_vertices: no faces")
+    faces = []
+    for i, f in enumerate(faces_raw):
+        f = _int_list(f, "faces_vertices", i, n_v, 3)
+        if len(set(f)) != len(f):
+            raise ValueError(f"faces_vertices[{i}]: repeated vertex (degenerate face)")
+        poly = V[f]
+        area = polygon_area(poly)
+        scale = max(np.ptp(poly[:, 0]), np.ptp(poly[:, 1]), 1e-300)
+        if area <= 1e-9 * scale * scale:
+            raise ValueError(f"faces_vertices[{i}]: degenerate face (zero area)")
+        if _self_intersecting(poly):
+            raise ValueError(f"faces_vertices[{i}]: not a simple polygon (its sides cross)")
+        faces.append(f)
+
+    # edges
+    edges_raw = _list(data, "edges_vertices")
+    assign_raw = _list(data, "edges_assignment")
+    angles_raw = _list(data, "edges_foldAngle", required=False)
+    if len(assign_raw) != len(edges_raw):
+        raise ValueError(f"edges_assignment: {len(assign_raw)} entries for {len(edges_raw)} edges_vertices")
+    if angles_raw is not None and len(angles_raw) != len(edges_raw):
+        raise ValueError(f"edges_foldAngle: {len(angles_raw)} entries for {len(edges_raw)} edges_vertices")
+    edge_index = {}
+    edges, assign, angles = [], [], []
+    for i, e in enumerate(edges_raw):
+        e = _int_list(e, "edges_vertices", i, n_v, 2)
+        if len(e) != 2 or e[0] == e[1]:
+            raise ValueError(f"edges_vertices[{i}]: expected two distinct vertex indices, got {e!r}")
+        key = frozenset(e)
+        if key in edge_index:
+            raise ValueError(f"edges_vertices[{i}]: duplicate of edge {edge_index[key]}")
+        edge_index[key] = i
+        edges.append(e)
+        a = assign_raw[i]
+        if not isinstance(a, str) or a.upper() not in ASSIGNMENTS:
+            raise ValueError(f"edges_assignment[{i}]: unknown assignment {a!r} (expected one of B, M, V, F, U)")
+        a = a.upper()
+        assign.append(a)
+        if angles_raw is not None:
+            ang = angles_raw[i]
+            if ang is None:
+                ang = 0.0
+            if not _number(ang):
+                raise ValueError(f"edges_foldAngle[{i}]: expected a number (degrees), got {ang!r}")
+            if abs(ang) > 180 + 1e-9:
+                raise ValueError(f"edges_foldAngle[{i}]: {ang} deg is outside [-180, 180]")
+            if (a == "V" and ang < 0) or (a == "M" and ang > 0):
+                raise ValueError(f"edges_foldAngle[{i}]: {ang} deg contradicts assignment {a!r} "
+                                 "(FOLD: valley positive, mountain negative)")
+            if a in "BF" and ang != 0:
+                raise ValueError(f"edges_foldAngle[{i}]: {a!r} edge with non-zero fold angle {ang}")
+            angles.append(math.radians(ang))
+        else:
+            angles.append(0.0)
+    if fold_fraction is not None:
+        angles = [math.pi * fold_fraction * {"M": -1.0, "V": 1.0}.get(a, 0.0) for a in assign]
+
+    # which faces border each edge
+    border = defaultdict(list)
+    for fi, f in enumerate(faces):
+        for k in range(len(f)):
+            key = frozenset((f[k], f[(k + 1) % len(f)]))
+            if key not in edge_index:
+                raise ValueError(f"faces_vertices[{fi}]: side {f[k]}-{f[(k + 1) % len(f)]} "
+                                 "is not in edges_vertices")
+            border[edge_index[key]].append(fi)
+    for i, a in enumerate(assign):
+        n = len(border[i])
+        if a == "B" and n != 1:
+            raise ValueError(f"edges_vertices[{i}]: boundary edge (B) borders {n} faces, expected 1")
+        if a != "B" and n != 2:
+            raise ValueError(f"edges_vertices[{i}]: {a} crease borders {n} faces, expected exactly 2")
+
+    # weld faces across F edges
+    parent = list(range(len(faces)))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, a in enumerate(assign):
+        if a == "F":
+            x, y = (find(f) for f in border[i])
+            if x != y:
+                parent[max(x, y)] = min(x, y)
+    groups = defaultdict(list)
+    for fi in range(len(faces)):
+        groups[find(fi)].append(fi)
+    panel_of = {fi: f"f{g}" for g, members in groups.items() for fi in members}
+
+    # panels
+    panels, areas = {}, {}
+    for g, members in sorted(groups.items()):
+        polys = [V[faces[fi]] for fi in members]
+        m = [density * polygon_area(p) for p in polys]
+        c = [polygon_centroid(p) for p in polys]
+        mass = sum(m)
+        com = sum(mi * ci for mi, ci in zip(m, c)) / mass
+        inertia = np.zeros((3, 3))
+        for mi, ci, p in zip(m, c, polys):
+            d = ci - com
+            inertia += plate_inertia(p, mi) + mi * (d @ d * np.eye(3) - np.outer(d, d))
+        outline = polys[0] if len(members) == 1 else _outline(faces, members, V, g)
+        name = f"f{g}"
+        panels[name] = Panel(name, outline, mass, inertia, com)
+        areas[name] = mass / density
+
+    # root
+    if root is None or root == "hub":
+        root_name = max(panels, key=lambda n: (areas[n], -int(n[1:])))
+    elif isinstance(root, (int, np.integer)) and not isinstance(root, bool):
+        if not 0 <= root < len(faces):
+            raise ValueError(f"root: face index {root} out of range (there are {len(faces)} faces)")
+        root_name = panel_of[int(root)]
+    else:
+        raise ValueError(f"root: expected None, 'hub' or a face index, got {root!r}")
+    if hub_mass is not None:
+        p = panels[root_name]
+        p.inertia = p.inertia * (hub_mass / p.mass)
+        p.mass = float(hub_mass)
+
+    # creases: one hinge per pair of panels (collinear segments merged)
+    by_pair = defaultdict(list)
+    for i, a in enumerate(assign):
+        if a in "MVU":
+            fa, fb = border[i]
+            pa, pb = panel_of[fa], panel_of[fb]
+            if pa == pb:
+                raise ValueError(f"edges_vertices[{i}]: {a} crease inside one panel "
+                                 "(its faces are welded by F edges)")
+            by_pair[frozenset((pa, pb))].append(i)
+    creases = []
+    for pair, idx in sorted(by_pair.items(), key=lambda kv: kv[1][0]):
+        i0 = idx[0]
+        pts = np.array([V[v] for i in idx for v in edges[i]])
+        d = V[edges[i0][1]] - V[edges[i0][0]]
+        d = d / np.linalg.norm(d)
+        off = pts - V[edges[i0][0]]
+        if np.abs(off[:, 0] * d[1] - off[:, 1] * d[0]).max() > 1e-9 * max(1.0, np.abs(off).max()):
+            raise ValueError(f"edges_vertices[{i0}]: panels {sorted(pair)} share creases {idx} "
+                             "that are not collinear (no single hinge axis)")
+        if any(abs(angles[i] - angles[i0]) > 1e-12 for i in idx):
+            raise ValueError(f"edges_foldAngle[{i0}]: collinear creases {idx} between the same "
+                             "panels have different fold angles")
+        s = off @ d
+        p1, p2 = pts[np.argmin(s)], pts[np.argmax(s)]
+        a_name, b_name = panel_of[border[i0][0]], panel_of[border[i0][1]]
+        for name in (a_name, b_name):  # build() orients a hinge by the side the panel's CoM is on
+            side = _side(p1, p2, panels[name].centroid())
+            face_side = _side(p1, p2, polygon_centroid(V[faces[next(f for f in border[i0] if panel_of[f] == name)]]))
+            if side * face_side <= 0:
+                raise ValueError(f"edges_vertices[{i0}]: the centre of mass of panel {name!r} does not lie "
+                                 "on its side of the crease (non-convex panel); the hinge sign is ambiguous")
+        creases.append(Crease(a_name, b_name, p1, p2, angles[i0], float(stiffness), float(damping),
+                              name=f"e{i0}"))
+    return CreasePattern(list(panels.values()), creases, root=root_name)
+
+
+# --------------------------------------------------------------------------- geometry
+
+
+def _side(p1, p2, x) -> float:
+    d, r = p2 - p1, x - p1
+    s = d[0] * r[1] - d[1] * r[0]
+    return 0.0 if abs(s) < 1e-12 * max(1.0, np.linalg.norm(d) * np.linalg.norm(r)) else float(np.sign(s))
+
+
+def _segments_cross(a, b, c, d) -> bool:
+    def orient(p, q, r):
+        v = (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+        return 0 if abs(v) < 1e-14 else (1 if v > 0 else -1)
+    return orient(a, b, c) * orient(a, b, d) < 0 and orient(c, d, a) * orient(c, d, b) < 0
+
+
+def _self_intersecting(poly) -> bool:
+    n = len(poly)
+    for i in range(n):
+        for j in range(i + 2, n):
+            if i == 0 and j == n - 1:
+                continue
+            if _segments_cross(poly[i], poly[(i + 1) % n], poly[j], poly[(j + 1) % n]):
+                return True
+    return False
+
+
+def _outline(faces, members, V, g):
+    """Outer boundary polygon of faces welded together (sides used by one member only)."""
+    count = defaultdict(int)
+    directed = {}
+    for fi in members:
+        f = faces[fi]
+        if polygon_signed_area(V[f]) < 0:
+            f = f[::-1]
+        for k in range(len(f)):
+            a, b = f[k], f[(k + 1) % len(f)]
+            count[frozenset((a, b))] += 1
+            directed[frozenset((a, b))] = (a, b)
+    nxt = {}
+    for key, n in count.items():
+        if n == 1:
+            a, b = directed[key]
+            if a in nxt:
+                raise ValueError(f"faces_vertices[{g}]: faces welded by F edges do not form a simple panel")
+            nxt[a] = b
+    start = next(iter(nxt))
+    loop, v = [start], nxt[start]
+    while v != start:
+        loop.append(v)
+        if len(loop) > len(nxt):
+            break
+        v = nxt[v]
+    if len(loop) != len(nxt):
+        raise ValueError(f"faces_vertices[{g}]: faces welded by F edges enclose a hole or are not one panel")
+    return V[loop]
+
+
+def polygon_signed_area(v) -> float:
+    x, y = v[:, 0], v[:, 1]
+    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def to_fold(pattern: CreasePattern, *, title: str | None = None, digits: int = 12) -> dict:
+    """A FOLD dict of ``pattern`` (flat ``vertices_coords`` 2-D, one face per panel,
+    ``edges_foldAngle`` in degrees from the creases' ``fold``: ``V`` if positive, ``M``
+    if negative, ``U`` if zero). Every crease must be a whole side of both its panels."""
+    verts, index = [], {}
+
+    def vid(p):
+        key = tuple(round(float(x), digits) + 0.0 for x in np.asarray(p, float)[:2])
+        if key not in index:
+            index[key] = len(verts)
+            verts.append(list(key))
+        return index[key]
+
+    faces = [[vid(p) for p in np.asarray(panel.vertices, float)] for panel in pattern.panels]
+    side_faces = defaultdict(list)
+    for fi, f in enumerate(faces):
+        for k in range(len(f)):
+            side_faces[frozenset((f[k], f[(k + 1) % len(f)]))].append(fi)
+    names = [p.name for p in pattern.panels]
+    crease_at = {}
+    for c in pattern.creases:
+        key = frozenset((vid(c.p1), vid(c.p2)))
+        fs = sorted(names[f] for f in side_faces.get(key, []))
+        if fs != sorted((c.a, c.b)):
+            raise ValueError(f"to_fold: crease {c.label!r} is not a shared side of panels {c.a!r}, {c.b!r}")
+        crease_at[key] = c
+    edges, assign, angle = [], [], []
+    for key, fs in side_faces.items():
+        a, b = sorted(key)
+        edges.append([a, b])
+        c = crease_at.get(key)
+        if c is None:
+            if len(fs) != 1:
+                raise ValueError(f"to_fold: panels {[names[f] for f in fs]} share a side with no crease")
+            assign.append("B")
+            angle.append(0.0)
+        else:
+            deg = round(math.degrees(c.fold), digits) + 0.0
+            assign.append("V" if deg > 0 else "M" if deg < 0 else "U")
+            angle.append(deg)
+    out = {"file_spec": 1.1, "file_creator": "diffmb", "frame_classes": ["creasePattern"],
+           "frame_attributes": ["2D"], "vertices_coords": verts, "faces_vertices": faces,
+           "edges_vertices": edges, "edges_assignment": assign, "edges_foldAngle": angle}
+    if title:
+        out["file_title"] = title
+    return out
