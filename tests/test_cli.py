@@ -8,6 +8,7 @@ double pendulum 0.5 s) so every compiled shape is reused; two real subprocess ca
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def test_list_shows_scenarios(capsys):
     names = {line.split()[0] for line in out[1:]}
     assert {"pendulum", "double-pendulum"} <= names
     # aligned: the description column starts at the same offset on every line
-    assert len({line.index(line.split()[1]) for line in out}) == 1
+    assert len({re.match(r"\S+\s+", line).end() for line in out}) == 1
 
 
 def test_run_double_pendulum_writes_everything(tmp_path):
