@@ -18,7 +18,9 @@ Rows are expressed in node A's frame and ordered ``(rx, ry, rz, tx, ty, tz)``:
   constrained components of ``omega_B - omega_A``, so Gauss-Newton on it is consistent).
 
 Multipliers (eqs. 22-25, 42-43): with ``Y = M^{-1} G^T`` obtained by ABA solves (one per
-row, vmapped; the mass matrix is never formed), ``Lambda = G Y`` is the operational-space
+row, vmapped; the mass matrix is never formed) — or, for trees of at most
+:data:`DENSE_MAX_NV` coordinates where it is measurably cheaper, by a Cholesky factor of
+the CRBA mass matrix — ``Lambda = G Y`` is the operational-space
 compliance of the pairs and ``lambda = Lambda^{-1} (w_dot_free + 2 a w + b^2 phi)``;
 ``qdd = qdd_free - Y lambda``. The wrench that body B exerts on body A at node A (in
 A's axes, free rows zero) is ``Q^T lambda`` (the paper's ``-f_c``, Figs. 12 and 18).
@@ -204,6 +206,26 @@ def numerical_rank(Lam, tol: float = 1e-8):
     return jnp.sum(ev > tol * jnp.max(ev)).astype(Lam.dtype)
 
 
+#: Trees with at most this many velocity coordinates use the dense path (CRBA + Cholesky);
+#: larger ones the O(n) ABA solves. Measured (experiments/bench_origami.py, 2-core CPU,
+#: single trajectory): dense 8.5 / 26 / 25 / 577 us per vector field vs ABA solves
+#: 21 / 70 / 80 / 592 us for the 4-panel / 2x4 / 3x3 / 6x6 folds (nv 9, 13, 14, 41),
+#: compiling 2.5x faster.
+DENSE_MAX_NV = 64
+
+
+def _operators(model, q, qd, tau, G):
+    """``(qdd_free, Y = M^{-1} G^T as rows)``: dense for small trees, ABA solves otherwise."""
+    if model.nv <= DENSE_MAX_NV:
+        M = tree.mass_matrix(model, q)
+        L = jnp.linalg.cholesky(M)
+        rhs = jnp.concatenate([(tau - tree.bias_forces(model, q, qd))[:, None], G.T], axis=1)
+        sol = jax.scipy.linalg.cho_solve((L, True), rhs)
+        return sol[:, 0], sol[:, 1:].T
+    qdd_f = tree.forward_dynamics(model, q, qd, tau)
+    return qdd_f, jax.vmap(lambda g: mass_solve(model, q, g))(G)
+
+
 def constrained_acceleration(model, q, qd, tau, nodes, gains=None):
     """Tree-augmented forward dynamics: ``(qdd, lambda)``.
 
@@ -211,9 +233,8 @@ def constrained_acceleration(model, q, qd, tau, nodes, gains=None):
     ``w_dot + 2 a w + b^2 phi = 0`` (eq. 41), scalars or one value per row.
     """
     rows = np.asarray(nodes.rows)
-    qdd_f = tree.forward_dynamics(model, q, qd, tau)
     G = jacobian(model, q, nodes)
-    Y = jax.vmap(lambda g: mass_solve(model, q, g))(G)  # (nrows, nv): rows of M^-1 G^T
+    qdd_f, Y = _operators(model, q, qd, tau, G)  # Y: (nrows, nv), rows of M^-1 G^T
     Lam = G @ Y.T
     qdot = tree.coordinate_rates(model, q, qd)
     w_fn = lambda q_, qd_: relative_velocity(model, q_, qd_, nodes).reshape(-1)[rows]  # noqa: E731
@@ -237,10 +258,11 @@ def project_state(model, q, qd, nodes, iterations: int = 3):
     """
 
     rows = np.asarray(nodes.rows)
+    zero = jnp.zeros_like(qd)
 
     def solve_step(q):
         G = jacobian(model, q, nodes)
-        Y = jax.vmap(lambda g: mass_solve(model, q, g))(G)
+        _, Y = _operators(_weightless(model), q, zero, zero, G)
         return G, Y, G @ Y.T
 
     def gn(_, q):

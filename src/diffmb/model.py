@@ -100,32 +100,30 @@ class Model(eqx.Module):
     def floating_base(self) -> bool:
         return self.n_bodies > 0 and self.joint_kinds[0] == "free"
 
-    @property
-    def coordinate_names(self) -> tuple:
-        """Names of the entries of ``q`` (public order)."""
+    def _names(self, single: str, multi: dict) -> tuple:
         names = []
-        suffix = {
-            "universal": ("_1", "_2"),
-            "spherical": ("_sigma1", "_sigma2", "_sigma3"),
-            "free": ("_sigma1", "_sigma2", "_sigma3", "_x", "_y", "_z"),
-        }
         for j, name in enumerate(self.joint_names):
             kind = self.joint_kinds[self.body_joint.index(j)]
-            names += [name] if jt.NV[kind] == 1 else [name + s for s in suffix[kind]]
+            names += [name + single] if jt.NV[kind] == 1 else [name + s for s in multi[kind]]
         return tuple(names)
 
     @property
-    def velocity_names(self) -> tuple:
-        names = []
-        suffix = {
+    def coordinate_names(self) -> tuple:
+        """Names of the entries of ``q`` (public order)."""
+        return self._names("", {
             "universal": ("_1", "_2"),
+            "spherical": ("_sigma1", "_sigma2", "_sigma3"),
+            "free": ("_sigma1", "_sigma2", "_sigma3", "_x", "_y", "_z"),
+        })
+
+    @property
+    def velocity_names(self) -> tuple:
+        """Names of the entries of ``qd`` (public order)."""
+        return self._names("_dot", {
+            "universal": ("_1_dot", "_2_dot"),
             "spherical": ("_wx", "_wy", "_wz"),
             "free": ("_wx", "_wy", "_wz", "_vx", "_vy", "_vz"),
-        }
-        for j, name in enumerate(self.joint_names):
-            kind = self.joint_kinds[self.body_joint.index(j)]
-            names += [name + "_dot"] if jt.NV[kind] == 1 else [name + s for s in suffix[kind]]
-        return tuple(names)
+        })
 
     def body_index(self, name: str) -> int:
         if name not in self.body_names:
