@@ -28,7 +28,7 @@ import numpy as np
 from . import constraints as cs
 from . import joints as jt
 from . import spatial as sp
-from . import tree
+from . import sweep, tree
 from .model import Model
 
 
@@ -104,10 +104,11 @@ class TreeSystem(System):
     potential_fn: Callable | None = eqx.field(static=True, default=None)
     stabilization: str = eqx.field(static=True, default="none")
     projection_iterations: int = eqx.field(static=True, default=3)
+    dynamics: str = eqx.field(static=True, default="auto")
 
     def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
                  closures=None, stabilization="none", baumgarte=(0.0, 0.0),
-                 projection_iterations=3, potential_fn=None):
+                 projection_iterations=3, dynamics="auto", potential_fn=None):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -127,6 +128,9 @@ class TreeSystem(System):
         self.baumgarte = {"a": jnp.asarray(a, dt), "b": jnp.asarray(b, dt)}
         self.stabilization = stabilization
         self.projection_iterations = int(projection_iterations)
+        if dynamics not in ("auto", "aba", "dense"):
+            raise ValueError(f"dynamics: expected auto, aba or dense, got {dynamics!r}")
+        self.dynamics = dynamics
 
     def default_params(self):
         p = {"model": self.model, "q0": self.q0, "qd0": self.qd0, "forcing": self.forcing}
@@ -155,7 +159,13 @@ class TreeSystem(System):
         q, qd = self.split(x)
         tau = self.generalized_force(t, q, qd, params)
         if self.closures is None:
-            return tree.forward_dynamics(model, q, qd, tau), jnp.zeros(0, q.dtype)
+            if self._dense:
+                M = tree.mass_matrix(model, q)
+                rhs = tau - tree.bias_forces(model, q, qd)
+                qdd = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
+            else:
+                qdd = tree.forward_dynamics(model, q, qd, tau)
+            return qdd, jnp.zeros(0, q.dtype)
         gains = None
         if self.stabilization == "baumgarte":
             gains = (params["baumgarte"]["a"], params["baumgarte"]["b"])
@@ -170,6 +180,18 @@ class TreeSystem(System):
         q, qd = self.split(x)
         qdd, _ = self.accelerations(t, x, params)
         return jnp.concatenate([tree.coordinate_rates(params["model"], q, qd), qdd])
+
+    @property
+    def _dense(self) -> bool:
+        """CRBA + Cholesky instead of the ABA for one trajectory of a small tree.
+
+        Measured single-call cost (16-body chain): 33 us dense vs 169 us for the
+        batch-oriented scan ABA; batched (vmap over 256 states) the ABA wins, 5.9 vs
+        20.9 us per state. ``dynamics="aba"`` forces the ABA (batch sweeps).
+        """
+        if self.dynamics == "auto":
+            return sweep.UNROLL_MAX < self.model.n_bodies and self.model.nv <= 32
+        return self.dynamics == "dense"
 
     @property
     def _mrp_slices(self):
