@@ -704,11 +704,7 @@ def test_tree_algorithms_under_rank_promotion_raise():
 
 @pytest.mark.parametrize("backend", ["unroll", "scan"])
 def test_forward_dynamics_backends_agree_with_rnea(backend):
-    """Every ABA sweep backend inverts the RNEA (skipped where the option does not exist)."""
-    import inspect
-
-    if "backend" not in inspect.signature(diffmb.forward_dynamics).parameters:
-        pytest.skip("forward_dynamics has no backend option")
+    """Every ABA sweep backend inverts the RNEA."""
     model = _model("free_b")
     q, qd = random_state(model, 2)
     tau = _rand_tau(model, 2)
