@@ -206,9 +206,11 @@ class TreeSystem(System):
 
     def project(self, x, params):
         if self.stabilization == "projection":
-            q, qd = self.split(x)
-            q, qd = cs.project_state(params["model"], q, qd, params["closures"],
-                                     self.projection_iterations)
+            model = params["model"]
+            q0, qd0 = self.split(x)
+            q, qd = cs.project_state(model, q0, qd0, params["closures"], self.projection_iterations)
+            if model.floating_base:
+                qd = _restore_momentum(model, q, qd, tree.spatial_momentum(model, q0, qd0))
             x = jnp.concatenate([q, qd])
         for s, e in self._mrp_slices:
             x = x.at[s:e].set(sp.mrp_switch(x[s:e]))
@@ -262,3 +264,21 @@ class TreeSystem(System):
 @eqx.filter_jit
 def _tree_vector_field(system, t, x, params):
     return system._vector_field(t, x, params)
+
+
+def _restore_momentum(model, q, qd, target):
+    """Give the whole system the rigid velocity that restores its total momentum.
+
+    Correcting positions at fixed ``qd`` changes the momentum slightly (the Jacobians
+    move); a uniform spatial velocity added to the free root moves every body rigidly, so
+    it keeps the closures' velocity constraints and, solved against the system's
+    composite inertia (the root block of ``M``), puts back exactly the momentum the
+    free-flying system had before the projection.
+    """
+    dcm, pos = tree.forward_kinematics(model, q)
+    E, r = dcm[0], pos[0]
+    dh = target - tree.spatial_momentum(model, q, qd)  # world axes, about the world origin
+    dh_root = jnp.concatenate([sp.mv(E, dh[:3] - sp.cross(r, dh[3:])), sp.mv(E, dh[3:])])
+    Ic = tree.mass_matrix(model, q)[:6, :6]
+    s, e = model.body_slices[0]
+    return qd.at[s:e].add(jnp.linalg.solve(Ic, dh_root))

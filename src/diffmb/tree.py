@@ -270,17 +270,21 @@ def center_of_mass(model: Model, q):
     return jnp.sum(model.mass[:, None] * com_w, 0) / jnp.sum(model.mass)
 
 
+def spatial_momentum(model: Model, q, qd):
+    """Total spatial momentum ``[angular about the world origin; linear]``, world axes."""
+    dcm, pos, v = forward_kinematics(model, q, qd)
+    Ib = model.spatial_inertias()
+    h_body = sp.mv(Ib, v)  # about each body origin, body axes
+    return jnp.sum(sp.xform_force_T(dcm, pos, h_body), 0)
+
+
 def momentum(model: Model, q, qd):
     """Total linear momentum and angular momentum about the system com, world axes.
 
     Fulton & Schaub eqs. (16)-(17): ``h = sum_k J(c_k) w(k) + m(k) p(c_sys, c_k) x v(c_k)``.
     Returns ``(linear (3,), angular (3,))``.
     """
-    dcm, pos, v = forward_kinematics(model, q, qd)
-    Ib = model.spatial_inertias()
-    h_body = sp.mv(Ib, v)  # about each body origin, body axes
-    h_world = sp.xform_force_T(dcm, pos, h_body)  # about world origin, world axes
-    total = jnp.sum(h_world, 0)
+    total = spatial_momentum(model, q, qd)
     lin, ang_o = total[3:], total[:3]
     c = center_of_mass(model, q)
     return lin, ang_o - sp.cross(c, lin)
