@@ -246,7 +246,6 @@ def test_python_m_and_console_script(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["diffmb: error: parameter 'l': 'abc' is not a number"]
     script = shutil.which("diffmb", path=str(Path(sys.executable).parent))
-    if script is None:
-        pytest.skip("console script not installed (pip install -e .)")
+    assert script is not None, "console script 'diffmb' missing: install with pip install -e ."
     r = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == f"diffmb {diffmb.__version__}"

@@ -135,40 +135,47 @@ def _hinge_defaults(scale):
             "ts_asym": 1.0, "ts_damping": 0.0, "stop": 0.0, "stop_k": 100.0, "stop_c": 20.0}
 
 
-register(Scenario(
-    name="fold-4panel",
-    description="four-panel map fold on a free-flying root, one closure (sec. 4.2, Tables 1-4)",
-    paper=PAPER, build=_4panel,
-    defaults={"K": 0.1, "damping": 0.0, "a": 100.0, "b": 0.0, **_hinge_defaults(0.1)},
-    t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="baumgarte",
-))
+def _register_fold(name, description, build, defaults, *, t1, stabilization):
+    """Register an origami scenario: RK4 at 1 ms (the paper's integrator), every
+    stabilization selectable, Baumgarte gains ``a``, ``b`` and hinge options settable."""
+    register(Scenario(name=name, description=description, paper=PAPER, build=build,
+                      defaults={**defaults, **_hinge_defaults(defaults.get("K", 0.01))},
+                      t1=t1, dt=1e-3, solver="rk4", stabilizations=STABS,
+                      stabilization=stabilization))
 
-register(Scenario(
-    name="fold-2x4",
-    description="2 x 4 map fold, two chains, three closures (sec. 4.3.1, Tables 5-8)",
-    paper=PAPER, build=_2x4,
-    defaults={"K": 0.01, "K7": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0,
-              **_hinge_defaults(0.01)},
-    t1=30.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="baumgarte",
-))
 
-register(Scenario(
-    name="fold-3x3",
-    description="3 x 3 map fold, three chains, two bodies with two closures (Fig. 13, Fig. 20)",
-    paper=PAPER, build=_3x3,
-    defaults={"K": 0.01, "K_col": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0,
-              **_hinge_defaults(0.01)},
-    t1=30.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
-))
+_register_fold(
+    "fold-4panel",
+    "four-panel map fold on a free-flying root, one closure (sec. 4.2, Tables 1-4)",
+    _4panel,
+    {"K": 0.1, "damping": 0.0, "a": 100.0, "b": 0.0},
+    t1=10.0, stabilization="baumgarte",
+)
 
-register(Scenario(
-    name="map-fold",
-    description="rows x cols map fold around a free-flying hub (--set rows=.. cols=..)",
-    paper=PAPER, build=_map,
-    defaults={"rows": 3.0, "cols": 3.0, "K": 0.01, "K_col": 0.03, "hub_mass": 100.0,
-              "damping": 0.0, "a": 40.0, "b": 0.0, **_hinge_defaults(0.01)},
-    t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
-))
+_register_fold(
+    "fold-2x4",
+    "2 x 4 map fold, two chains, three closures (sec. 4.3.1, Tables 5-8)",
+    _2x4,
+    {"K": 0.01, "K7": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0},
+    t1=30.0, stabilization="baumgarte",
+)
+
+_register_fold(
+    "fold-3x3",
+    "3 x 3 map fold, three chains, two bodies with two closures (Fig. 13, Fig. 20)",
+    _3x3,
+    {"K": 0.01, "K_col": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0},
+    t1=30.0, stabilization="projection",
+)
+
+_register_fold(
+    "map-fold",
+    "rows x cols map fold around a free-flying hub (--set rows=.. cols=..)",
+    _map,
+    {"rows": 3.0, "cols": 3.0, "K": 0.01, "K_col": 0.03, "hub_mass": 100.0,
+              "damping": 0.0, "a": 40.0, "b": 0.0},
+    t1=10.0, stabilization="projection",
+)
 
 
 # ------------------------------------------------------ Miura, Scheel and FOLD files
@@ -207,25 +214,25 @@ def _scheel(v, stabilization):
     return system, params
 
 
-register(Scenario(
-    name="miura",
-    description="rows x cols Miura-ori, partially folded, around a free-flying corner panel (Fig. 3)",
-    paper=PAPER, build=_maker("miura"),
-    defaults={"rows": 3.0, "cols": 3.0, "angle": 60.0, "len_a": 1.0, "len_b": 1.0,
+_register_fold(
+    "miura",
+    "rows x cols Miura-ori, partially folded, around a free-flying corner panel (Fig. 3)",
+    _maker("miura"),
+    {"rows": 3.0, "cols": 3.0, "angle": 60.0, "len_a": 1.0, "len_b": 1.0,
               "fold": math.pi / 3, "K": 0.01, "K_zig": 0.01, "hub_mass": 10.0, "damping": 0.0,
-              "a": 40.0, "b": 0.0, **_hinge_defaults(0.01)},
-    t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
-))
+              "a": 40.0, "b": 0.0},
+    t1=10.0, stabilization="projection",
+)
 
-register(Scenario(
-    name="scheel",
-    description="radial (Scheel) pattern around a polygonal hub, ring closed by closures (Figs. 4-5)",
-    paper=PAPER, build=_scheel,
-    defaults={"sectors": 6.0, "rings": 2.0, "hub_radius": 1.0, "ring_width": 1.0, "density": 0.25,
+_register_fold(
+    "scheel",
+    "radial (Scheel) pattern around a polygonal hub, ring closed by closures (Figs. 4-5)",
+    _scheel,
+    {"sectors": 6.0, "rings": 2.0, "hub_radius": 1.0, "ring_width": 1.0, "density": 0.25,
               "hub_mass": 100.0, "K": 0.01, "K_ring": 0.01, "damping": 0.0, "spin": 0.1,
-              "a": 40.0, "b": 0.0, **_hinge_defaults(0.01)},
-    t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
-))
+              "a": 40.0, "b": 0.0},
+    t1=10.0, stabilization="projection",
+)
 
 
 def fold_scenario(path) -> Scenario:
