@@ -198,7 +198,13 @@ def _damped_solve(Lam, rhs):
 
 
 def numerical_rank(Lam, tol: float = 1e-8):
-    """Numerical rank of the equilibrated compliance ``Lambda`` (a diagnostic)."""
+    """Numerical rank of the equilibrated compliance ``Lambda`` (a diagnostic).
+
+    Piecewise constant, so it carries no gradient; ``stop_gradient`` also keeps the
+    eigenvalue derivative's ``1 / (l_i - l_j)`` of repeated eigenvalues out of reverse mode
+    (it would turn the zero cotangent into NaN for every parameter).
+    """
+    Lam = jax.lax.stop_gradient(Lam)
     d = jnp.diagonal(Lam)
     d = jnp.maximum(d, 1e-300 + 1e-14 * jnp.max(d))
     s = 1.0 / jnp.sqrt(d)

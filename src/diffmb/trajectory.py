@@ -101,7 +101,9 @@ class Trajectory(eqx.Module):
         if "energy" in tr.diagnostics and len(tr.ts):
             e = np.asarray(tr.diagnostics["energy"], float)
             d = np.abs(e - e[0])
-            scale = max(abs(e[0]), 1e-300)
+            # relative to the initial energy, or to the largest |E| when a run starts at
+            # E = 0 (a spacecraft at rest before a slew): never a division by zero
+            scale = abs(e[0]) if abs(e[0]) > 1e-12 * np.abs(e).max() else max(np.abs(e).max(), 1e-300)
             out["energy"] = {
                 "initial": float(e[0]),
                 "final": float(e[-1]),
