@@ -28,7 +28,7 @@ import numpy as np
 from . import constraints as cs
 from . import joints as jt
 from . import spatial as sp
-from . import sweep, tree
+from . import tree, treesweep
 from .model import Model
 
 
@@ -190,7 +190,7 @@ class TreeSystem(System):
         20.9 us per state. ``dynamics="aba"`` forces the ABA (batch sweeps).
         """
         if self.dynamics == "auto":
-            return sweep.UNROLL_MAX < self.model.n_bodies and self.model.nv <= 32
+            return treesweep.UNROLL_MAX < self.model.n_bodies and self.model.nv <= 32
         return self.dynamics == "dense"
 
     @property

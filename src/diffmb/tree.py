@@ -2,7 +2,7 @@
 
 These are the recursive algorithms of Featherstone (*Rigid Body Dynamics Algorithms*,
 2008, tables 5.1, 6.2, 7.1) written as small per-body functions run by one sweep over
-the static topology (:mod:`diffmb.sweep`). In the notation of Fulton & Schaub
+the static topology (:mod:`diffmb.treesweep`). In the notation of Fulton & Schaub
 (section 2.2): a base-to-tip sweep for velocities and Coriolis terms, a tip-to-base sweep
 for articulated-body inertias and corrections, a base-to-tip sweep for accelerations.
 
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from . import joints as jt
 from . import spatial as sp
-from . import sweep
+from . import treesweep
 from .model import Model
 
 
@@ -152,14 +152,14 @@ def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "au
     ``tau`` is the total generalized force (add :func:`joint_forces` for springs and
     dampers). Never forms the mass matrix.
 
-    ``backend`` picks the sweep (:mod:`diffmb.sweep`): ``"unroll"`` (Python loop over
+    ``backend`` picks the sweep (:mod:`diffmb.treesweep`): ``"unroll"`` (Python loop over
     bodies, fastest run time), ``"scan"`` (``lax.scan`` over runs of same-kind bodies,
-    flat compile time) or ``"auto"`` (unroll up to ``sweep.UNROLL_MAX`` bodies).
+    flat compile time) or ``"auto"`` (unroll up to ``treesweep.UNROLL_MAX`` bodies).
     All give the same result to rounding.
     """
     q, qd, tau = _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, tau, "tau")
     f_ext = _fext(model, f_ext)
-    return sweep.aba(model, q, qd, tau, f_ext, backend=backend)
+    return treesweep.aba(model, q, qd, tau, f_ext, backend=backend)
 
 
 # --------------------------------------------------------------------------- RNEA

@@ -585,7 +585,6 @@ def _aba_scan(model, P, qt, qdt, taut, runs, off, a0):
     velocity / acceleration and pass 2 carries the child's contribution to ``IA, pA``.
     Between segments values move by static index (branch points only).
     """
-    N = model.n_bodies
     dt = qt.dtype
     parents = model.parents
     segs = _segments(model.joint_kinds, parents)
