@@ -1,8 +1,6 @@
 """Loop closures: a four-bar linkage against its one-coordinate model, redundancy,
 stabilization (Baumgarte, projection), constraint wrenches, gradients w.r.t. gains."""
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,48 +8,7 @@ import pytest
 
 from diffmb import ModelBuilder, TreeSystem, simulate
 from diffmb.constraints import make_closures
-
-A, B, C, D = 1.0, 2.5, 2.0, 2.2  # crank, coupler, rocker, ground (Grashof crank-rocker)
-M1, M2, M3 = 1.0, 2.0, 1.5
-G = 9.81
-
-
-def rod(m, l):
-    return np.diag([1e-6 * m, m * l * l / 12, m * l * l / 12])
-
-
-def assemble(theta):
-    """Open-branch position analysis: coupler and rocker absolute angles."""
-    ax, ay = A * math.cos(theta), A * math.sin(theta)
-    dx, dy = D - ax, -ay
-    r = math.hypot(dx, dy)
-    base = math.atan2(dy, dx)
-    gamma = math.acos((B * B + r * r - C * C) / (2 * B * r))
-    phi = base + gamma
-    bx, by = ax + B * math.cos(phi), ay + B * math.sin(phi)
-    psi = math.atan2(by, bx - D)
-    return phi, psi
-
-
-def fourbar_system(theta0, omega0, stabilization="projection", gains=(0.0, 0.0)):
-    b = ModelBuilder(gravity=(0.0, -G, 0.0))
-    b.add_body("crank", "world", "revolute", axis=(0, 0, 1), mass=M1, com=(A / 2, 0, 0), inertia=rod(M1, A))
-    b.add_body("coupler", "crank", "revolute", axis=(0, 0, 1), pos=(A, 0, 0), mass=M2,
-               com=(B / 2, 0, 0), inertia=rod(M2, B))
-    b.add_body("rocker", "world", "revolute", axis=(0, 0, 1), pos=(D, 0, 0), mass=M3,
-               com=(C / 2, 0, 0), inertia=rod(M3, C))
-    model = b.build()
-    phi, psi = assemble(theta0)
-    q0 = jnp.array([theta0, phi - theta0, psi])
-    # velocities consistent with the closure: differentiate the position analysis
-    h = 1e-7
-    p1, s1 = assemble(theta0 + h)
-    p0, s0 = assemble(theta0 - h)
-    dphi, dpsi = (p1 - p0) / (2 * h), (s1 - s0) / (2 * h)
-    qd0 = jnp.array([omega0, (dphi - 1.0) * omega0, dpsi * omega0])
-    nodes = make_closures(model, q0, [dict(name="B", body_a="coupler", body_b="rocker",
-                                           kind="hinge", axis=2, pos_a=(B, 0, 0), pos_b=(C, 0, 0))])
-    return TreeSystem(model, q0, qd0, closures=nodes, stabilization=stabilization, baumgarte=gains)
+from diffmb.scenarios.fourbar import A, B, C, D, G, M1, M2, M3, fourbar_system
 
 
 def minimal_model_rhs(state):

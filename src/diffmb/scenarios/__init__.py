@@ -32,6 +32,8 @@ class Scenario:
     atol: float = 1e-10
     stabilizations: tuple = ("none",)
     stabilization: str = "none"
+    #: optional named values: ``{parameter: {name: number}}`` (e.g. ``material=hdpe``)
+    choices: dict = field(default_factory=dict)
 
     def resolve(self, overrides: dict | None = None) -> dict:
         """Defaults updated by ``overrides``; unknown names raise ValueError."""
@@ -42,6 +44,8 @@ class Scenario:
                     f"scenario {self.name!r} has no parameter {k!r}; "
                     f"settable: {', '.join(sorted(values)) or '(none)'}"
                 )
+            if isinstance(v, str) and v.strip().lower() in self.choices.get(k, {}):
+                v = self.choices[k][v.strip().lower()]
             try:
                 values[k] = float(v)
             except (TypeError, ValueError):
@@ -81,4 +85,4 @@ def get(name: str) -> Scenario:
     return REGISTRY[name]
 
 
-from . import origami, pendulum  # noqa: E402,F401  (registers)
+from . import flexible, fourbar, kane, origami, pendulum, tensegrity, udwadia_kalaba  # noqa: E402,F401  (registers)

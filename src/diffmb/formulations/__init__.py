@@ -1,0 +1,1 @@
+"""Formulations other than the rigid tree (ABA): each module defines a :class:`~diffmb.system.System`."""

@@ -1,0 +1,400 @@
+"""The reconfiguration-graph explorer (Shoer & Peck, section IV, steps 1-5).
+
+Nodes are passively stable configurations (body poses, at rest); directed, labelled edges
+are the joint layout and potential selection that carry the system from one node to
+another. The algorithm of section IV:
+
+1. start from the system's initial configuration (step 1) with its sensors (step 2);
+2. the first node goes on the processing list (step 3);
+3. for each node (step 4): enumerate every combination of joint-site options (a site is
+   available only while its sensor pair meets, step 4.1) and potential selection;
+   simulate each candidate from the node at rest until a sensor pair meets or the
+   system settles (step 4.2.2); reject unsafe runs — bodies that separate, bounding
+   spheres that collide, runs that diverge or never settle (step 4.2.3); match the end
+   configuration against the known nodes within a tolerance, adding a new node if none
+   matches (step 4.2.4); add a labelled edge (step 4.2.5). Transitions that end where
+   they started (self-loops) are not reconfigurations and are not recorded;
+4. save the graph (step 5): GraphML, JSON and a figure.
+
+All candidates of a node run as **one** ``jax.vmap``-ed call of :func:`diffmb.simulate`:
+the joint layout (each joint's ``active`` number), the potential selection (each
+interaction's ``weight``), the weld references and the armed sensor pairs are numbers in
+``params``, so the whole exploration compiles once.
+
+Equilibrium (step 4.2.2) is judged on the saved trajectory: the run settled when, over the
+last ``dwell`` seconds before ``t_max``, the kinetic energy stays below ``ke_tol`` and every
+body's speed and angular rate below ``rate_tol``. Sensor meetings stop the run through a
+diffrax event (:meth:`~diffmb.formulations.udwadia_kalaba.UKSystem.sensor_event`); pairs
+that already meet at the start are disarmed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import networkx as nx
+import numpy as np
+
+from .formulations.udwadia_kalaba import UKSystem, dcm_NB
+from .integrate import simulate
+
+
+@dataclass(frozen=True)
+class JointSite:
+    """A place where a joint can be made. ``options``: ``{option name: joint names to switch
+    on}`` (every other joint of the site off; ``()`` is a free site). ``sensors``: the
+    sensor pair that must meet for the site to be usable (``None``: always usable); an
+    unusable site is free."""
+
+    name: str
+    options: dict
+    sensors: tuple | None = None
+
+
+@dataclass
+class Problem:
+    """A reconfiguration-graph search: the system, its joint sites and potential choices.
+
+    ``choices``: ``{choice name: {interaction name: weight}}`` (interactions not named keep
+    weight 0 unless listed in ``always``). ``sensor_pairs``: the pairs whose meeting stops a
+    run; ``align_tol`` [rad] also requires the faces to align. ``pose_tol``:
+    ``(metres, radians)`` for matching configurations. ``separation``: a body farther than
+    this from every other body has separated. ``collision_skip``: body-name pairs not
+    checked for collisions.
+    """
+
+    system: UKSystem
+    params: dict
+    sites: tuple
+    choices: dict
+    sensor_pairs: tuple
+    always: tuple = ()
+    align_tol: float | None = None
+    t_max: float = 10.0
+    n_save: int = 201
+    dwell: float = 1.0
+    ke_tol: float = 1e-6
+    rate_tol: float = 1e-3
+    pose_tol: tuple = (5e-3, 0.05)
+    separation: float = 1.0
+    collision_skip: tuple = ()
+    rtol: float = 1e-6
+    atol: float = 1e-8
+    max_nodes: int = 50
+    meta: dict = field(default_factory=dict)
+
+    def validate(self):
+        sysm = self.system
+        names = set(sysm.joint_names)
+        inter = {i.name for i in sysm.interactions}
+        if not self.choices:
+            raise ValueError("reconfiguration problem: no potential choices")
+        for s in self.sites:
+            if not s.options:
+                raise ValueError(f"joint site {s.name!r}: no options")
+            for opt, joints in s.options.items():
+                for j in joints:
+                    if j not in names:
+                        raise ValueError(f"joint site {s.name!r} option {opt!r}: unknown joint {j!r}")
+            if s.sensors is not None:
+                for n in s.sensors:
+                    sysm.sensor_index(n)
+        for c, w in self.choices.items():
+            for n in w:
+                if n not in inter:
+                    raise ValueError(f"potential choice {c!r}: unknown interaction {n!r}")
+        for n in self.always:
+            if n not in inter:
+                raise ValueError(f"always-on interaction {n!r} is unknown")
+        if not (self.t_max > self.dwell > 0):
+            raise ValueError(f"t_max ({self.t_max}) must exceed dwell ({self.dwell}) > 0")
+
+
+# ============================================================================== helpers
+def _pose_distance(system, xa, xb):
+    """``(max com distance, max attitude angle)`` between two configurations."""
+    n = system.n
+    A, B = np.asarray(xa[: 7 * n]).reshape(n, 7), np.asarray(xb[: 7 * n]).reshape(n, 7)
+    dr = np.linalg.norm(A[:, :3] - B[:, :3], axis=1).max()
+    dots = np.clip(np.abs(np.sum(A[:, 3:] * B[:, 3:], axis=1)), 0.0, 1.0)
+    return float(dr), float((2.0 * np.arccos(dots)).max())
+
+
+def _at_rest(system, x):
+    x = np.asarray(x, float).copy()
+    x[7 * system.n:] = 0.0
+    return x
+
+
+def _candidates(problem, x):
+    """``[(labels {site: option}, active {joint: 0/1}, choice), ...]`` at configuration ``x``."""
+    sysm, p = problem.system, problem.params
+    per_site = []
+    for s in problem.sites:
+        if s.sensors is None or bool(sysm.pair_meets(x, p, [s.sensors])[0]):
+            per_site.append([(s.name, o) for o in s.options])
+        else:
+            free = [o for o, js in s.options.items() if not js]
+            per_site.append([(s.name, free[0] if free else "free")])
+    out = []
+    for combo in itertools.product(*per_site):
+        active = {j: 0.0 for j in sysm.joint_names}
+        for site_name, opt in combo:
+            site = next(s for s in problem.sites if s.name == site_name)
+            for j in site.options.get(opt, ()):
+                active[j] = 1.0
+        for choice in problem.choices:
+            out.append((dict(combo), active, choice))
+    return out
+
+
+def _params_for(problem, x, active, choice, armed):
+    sysm = problem.system
+    p = sysm.rebase_welds(x, problem.params)
+    joints = {}
+    for kind, names, _, _ in sysm.joints:
+        jp = dict(p["joints"][kind])
+        jp["active"] = jnp.asarray([active[n] for n in names], float)
+        joints[kind] = jp
+    inter = {}
+    w = problem.choices[choice]
+    for name, ip in p["interactions"].items():
+        weight = w.get(name, 1.0 if name in problem.always else 0.0)
+        inter[name] = {**ip, "weight": jnp.asarray(float(weight))}
+    sensors = {**p["sensors"], "armed": jnp.asarray(armed, float)}
+    return {**p, "joints": joints, "interactions": inter, "sensors": sensors}
+
+
+def _max_candidates(problem):
+    """Upper bound on the candidates of any node: every site usable."""
+    return math.prod(len(s.options) for s in problem.sites) * len(problem.choices)
+
+
+def _run_batch(problem, x0, plist, event):
+    """All candidates of a node as one vmapped run. The batch is padded (repeating the last
+    candidate) to :func:`_max_candidates`, so every node reuses one compiled program."""
+    size = max(_max_candidates(problem), len(plist))
+    plist = list(plist) + [plist[-1]] * (size - len(plist))
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *plist)
+    ts = np.linspace(0.0, problem.t_max, problem.n_save)
+
+    def one(p):
+        return simulate(problem.system, t1=problem.t_max, x0=jnp.asarray(x0), params=p, solver="dopri5",
+                        rtol=problem.rtol, atol=problem.atol, saveat=ts, events=event, max_steps=20000)
+
+    return jax.vmap(one)(stacked), ts
+
+
+def _assess(problem, traj, k, ts):
+    """``(ok, reason, final state)`` of candidate ``k`` of a batch."""
+    sysm = problem.system
+    status = int(traj.status_code[k])
+    xs = np.asarray(traj.xs[k])
+    valid = np.isfinite(np.asarray(traj.ts[k])) & np.all(np.isfinite(xs), axis=1)
+    xs = xs[valid]
+    xf = np.asarray(traj.x_final[k])
+    if status in (2, 3) or not np.all(np.isfinite(xf)):
+        return False, "diverged", None
+    names = sysm.body_names
+    radius = np.asarray(problem.params["bodies"]["radius"])
+    skip = {frozenset(pair) for pair in problem.collision_skip}
+    pos = np.stack([np.asarray(sysm.all_poses(jnp.asarray(x[: 7 * sysm.n]).reshape(sysm.n, 7),
+                                              problem.params))[:, :3] for x in np.vstack([xs, xf[None]])])
+    N = len(names)
+    for i in range(N):
+        for j in range(i + 1, N):
+            if frozenset((names[i], names[j])) in skip:
+                continue
+            d = np.linalg.norm(pos[:, i] - pos[:, j], axis=1)
+            if np.any(d < radius[i] + radius[j]):
+                return False, f"collision {names[i]}-{names[j]}", None
+    if N > 1:
+        D = np.linalg.norm(pos[:, :, None, :] - pos[:, None, :, :], axis=-1)
+        D[:, np.arange(N), np.arange(N)] = np.inf
+        if np.any(D.min(axis=2) > problem.separation):
+            return False, "separation", None
+    if status == 1:
+        return True, "sensor", _at_rest(sysm, xf)
+    tsv = ts[valid]
+    window = tsv >= problem.t_max - problem.dwell - 1e-12
+    ke = np.asarray(traj.diagnostics["kinetic_energy"][k])[valid][window]
+    V = xs[window][:, 7 * sysm.n:].reshape(-1, sysm.n, 7)
+    X = xs[window][:, : 7 * sysm.n].reshape(-1, sysm.n, 7)
+    from .formulations.udwadia_kalaba import omega_body
+
+    w = np.asarray(omega_body(jnp.asarray(X[..., 3:]), jnp.asarray(V[..., 3:])))
+    rates = max(np.abs(V[..., :3]).max(initial=0.0), np.abs(w).max(initial=0.0))
+    if ke.size and ke.max() < problem.ke_tol and rates < problem.rate_tol:
+        return True, "equilibrium", _at_rest(sysm, xf)
+    return False, "unsettled", None
+
+
+# ============================================================================== explore
+def explore(problem: Problem, *, verbose=False) -> nx.MultiDiGraph:
+    """Build the reconfiguration graph (module docstring). Node attributes: ``state``
+    (the configuration at rest, a list), ``energy``; edge attributes: ``joints``
+    (``{site: option}``), ``potential`` (choice name), ``reason`` (``sensor`` or
+    ``equilibrium``); ``graph.graph["rejected"]`` counts the rejected candidates by reason."""
+    problem.validate()
+    sysm = problem.system
+    event = sysm.sensor_event(problem.sensor_pairs, align_tol=problem.align_tol)
+    G = nx.MultiDiGraph()
+    x0 = _at_rest(sysm, np.asarray(sysm.init_state(problem.params)))
+    G.add_node(0, state=x0.tolist())
+    todo = [0]
+    rejected: dict = {}
+    while todo:
+        u = todo.pop(0)
+        xu = np.asarray(G.nodes[u]["state"])
+        cands = _candidates(problem, xu)
+        armed = ~sysm.pair_meets(xu, problem.params, problem.sensor_pairs, problem.align_tol)
+        plist = [_params_for(problem, xu, act, ch, armed) for _, act, ch in cands]
+        traj, ts = _run_batch(problem, xu, plist, event)
+        for k, (labels, _, choice) in enumerate(cands):
+            ok, reason, xf = _assess(problem, traj, k, ts)
+            if verbose:
+                print(f"node {u}: {labels} + {choice}: {reason}")
+            if not ok:
+                rejected[reason.split()[0]] = rejected.get(reason.split()[0], 0) + 1
+                continue
+            match = None
+            for v in G.nodes:
+                dr, da = _pose_distance(sysm, G.nodes[v]["state"], xf)
+                if dr <= problem.pose_tol[0] and da <= problem.pose_tol[1]:
+                    match = v
+                    break
+            if match is None:
+                if G.number_of_nodes() >= problem.max_nodes:
+                    rejected["max_nodes"] = rejected.get("max_nodes", 0) + 1
+                    continue
+                match = G.number_of_nodes()
+                G.add_node(match, state=xf.tolist())
+                todo.append(match)
+            if match == u:
+                continue
+            G.add_edge(u, match, joints=dict(labels), potential=choice, reason=reason)
+    for v in G.nodes:
+        x = jnp.asarray(G.nodes[v]["state"])
+        G.nodes[v]["energy"] = float(sysm.potential(x[: 7 * sysm.n].reshape(sysm.n, 7), problem.params))
+    G.graph["rejected"] = rejected
+    return G
+
+
+# ============================================================================== output
+def _label(joints, potential):
+    return ", ".join(f"{k}={v}" for k, v in sorted(joints.items())) + f" | {potential}"
+
+
+def graph_json(G, system, graph_file=None) -> dict:
+    nodes = []
+    for v, d in G.nodes(data=True):
+        n = system.n
+        X = np.asarray(d["state"][: 7 * n]).reshape(n, 7)
+        nodes.append({"id": int(v), "energy": d.get("energy"),
+                      "poses": {b: {"r": X[i, :3].tolist(), "q": X[i, 3:].tolist()}
+                                for i, b in enumerate(system.moving_bodies)}})
+    edges = [{"source": int(u), "target": int(v), "joints": d["joints"], "potential": d["potential"],
+              "reason": d["reason"]} for u, v, d in G.edges(data=True)]
+    return {"nodes": nodes, "edges": edges, "graph_file": None if graph_file is None else str(graph_file),
+            "rejected": G.graph.get("rejected", {})}
+
+
+def save_graphml(G, path) -> Path:
+    """GraphML with scalar attributes (states and labels as JSON strings)."""
+    H = nx.MultiDiGraph()
+    for v, d in G.nodes(data=True):
+        H.add_node(v, state=json.dumps(d["state"]), energy=float(d.get("energy", math.nan)))
+    for u, v, d in G.edges(data=True):
+        H.add_edge(u, v, joints=json.dumps(d["joints"]), potential=d["potential"], reason=d["reason"],
+                   label=_label(d["joints"], d["potential"]))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nx.write_graphml(H, path)
+    return path
+
+
+def draw(G, system, path, title="") -> Path:
+    """The graph (nodes with a top view of their configuration) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_nodes = max(G.number_of_nodes(), 1)
+    fig = plt.figure(figsize=(4 + 2.5 * min(n_nodes, 6), 6))
+    ax = fig.add_subplot(1, 2, 1)
+    pos = nx.circular_layout(G) if n_nodes > 1 else {v: (0.0, 0.0) for v in G.nodes}
+    nx.draw_networkx_nodes(G, pos, ax=ax, node_color="#cde", node_size=900)
+    nx.draw_networkx_labels(G, pos, ax=ax)
+    nx.draw_networkx_edges(G, pos, ax=ax, arrows=True, connectionstyle="arc3,rad=0.15", node_size=900)
+    labels = {(u, v): d["potential"] for u, v, d in G.edges(data=True)}
+    try:  # networkx >= 3.2 places labels on the curved edges
+        nx.draw_networkx_edge_labels(G, pos, edge_labels=labels, ax=ax, font_size=8,
+                                     connectionstyle="arc3,rad=0.15")
+    except TypeError:
+        nx.draw_networkx_edge_labels(G, pos, edge_labels=labels, ax=ax, font_size=8, label_pos=0.3)
+    ax.set_title(f"{title}: {G.number_of_nodes()} nodes, {G.number_of_edges()} edges")
+    ax.axis("off")
+    ax2 = fig.add_subplot(1, 2, 2)
+    n = system.n
+    radius = np.asarray(system.params0["bodies"]["radius"])
+    colors = plt.cm.tab10(np.arange(n_nodes) % 10)
+    for k, (v, d) in enumerate(G.nodes(data=True)):
+        X = jnp.asarray(d["state"][: 7 * n]).reshape(n, 7)
+        P = np.asarray(system.all_poses(X, system.params0))
+        for i in range(P.shape[0]):
+            c = plt.Circle(P[i, :2], radius[i], fill=False, color=colors[k], lw=1.5)
+            ax2.add_patch(c)
+            ax2.text(P[i, 0], P[i, 1], f"{v}", color=colors[k], ha="center", va="center", fontsize=8)
+            ex = np.asarray(dcm_NB(jnp.asarray(P[i, 3:])))[:, 0] * radius[i]
+            ax2.plot([P[i, 0], P[i, 0] + ex[0]], [P[i, 1], P[i, 1] + ex[1]], color=colors[k], lw=1)
+    ax2.set_aspect("equal")
+    ax2.autoscale_view()
+    ax2.set_title("node configurations (top view; bounding circles, body x axes)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ============================================================================== registry
+PROBLEMS: dict = {}
+
+
+def register_problem(name, make):
+    """``make(overrides: dict | None) -> Problem`` for scenario ``name``."""
+    PROBLEMS[name] = make
+
+
+def get_problem(name, overrides=None) -> Problem:
+    from . import scenarios  # noqa: F401  (registers)
+
+    if name not in PROBLEMS:
+        raise ValueError(f"scenario {name!r} has no reconfiguration problem; available: "
+                         f"{', '.join(sorted(PROBLEMS)) or '(none)'}")
+    return PROBLEMS[name](overrides)
+
+
+def run(name, out=None, json_path=None, overrides=None, verbose=False) -> dict:
+    """Explore scenario ``name``; write ``<out>/<name>.graphml`` and ``.png``; return the JSON object."""
+    problem = get_problem(name, overrides)
+    G = explore(problem, verbose=verbose)
+    gfile = None
+    if out is not None:
+        out = Path(out)
+        gfile = save_graphml(G, out / f"{name}.graphml")
+        draw(G, problem.system, out / f"{name}.png", title=name)
+    obj = {"scenario": name, **graph_json(G, problem.system, gfile)}
+    if json_path is not None:
+        json_path = Path(json_path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(obj, indent=2) + "\n")
+    return obj

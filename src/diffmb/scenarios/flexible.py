@@ -1,0 +1,151 @@
+"""Banerjee & Lemak's examples: a solar sail slewing, and a four-body flexible chain.
+
+``solar-sail-slew`` (paper Figs. 1-2)
+    One flexible body with 44 elastic modes (50 DOF). Geometry (the paper gives none; a
+    notional square sail): a rigid hub (``hub_mass``, inertia ``diag(hub_ixx, hub_ixx,
+    hub_izz)``) at the origin of the body frame, four booms of length ``boom_length`` along
+    +x, +y, -x, -y (the sail plane is x-y, the normal z), clamped to the hub, each a
+    built-in Euler-Bernoulli FE cantilever (:func:`~diffmb.formulations.modal.frame_modes`,
+    ``n_elements`` elements) with out-of-plane rigidity ``EI_out`` and in-plane rigidity
+    ``EI_in``, boom mass ``boom_mu`` per metre. Membrane approximation: the square
+    membrane (corners at the boom tips, area ``2 L^2``, areal density ``membrane_rho``) is
+    carried as mass only, lumped onto the booms with the tributary line density
+    ``rho (L - s)`` (each boom carries a quarter; the membrane's own tension and modes are
+    neglected). The 44 lowest clamped-hub modes are kept — per boom 6 out-of-plane and
+    5 in-plane (4-fold degenerate groups). Centrifugal geometric stiffening is on.
+    Bang-bang torque ``torque`` about the body axis ``(axis_x, axis_y, axis_z)`` for
+    ``t_switch`` seconds, reversed for ``t_switch`` seconds, then zero (coast) to 300 s.
+    Outputs: attitude (MRPs and ``attitude_angle``), rates, and the tip deflection of the
+    +x boom ``tip_px`` / +y boom ``tip_py`` (body axes) in the diagnostics.
+
+``flex-4body`` (Figs. 3-4)
+    Four identical flexible beams (10 modes each: cantilever modes clamped at the body's
+    inboard end, 5 per bending plane) in a chain: body 1 free-flying, body 2 on a
+    revolute joint (axis z) at body 1's tip, body 3 on a Hooke joint (axes z, y) at body
+    2's tip, body 4 on a ball joint at body 3's tip: 6 + 1 + 2 + 3 + 40 = 52 DOF. The
+    revolute rotation is prescribed, a smooth rest-to-rest slew of ``slew_angle`` in
+    ``slew_time`` seconds; its internal load (the hinge torque, Fig. 4) is
+    ``diagnostics["load"]``. Bodies 3 and 4 start with small joint rates.
+
+``speeds`` = 0 (efficient) / 1 (customary); ``method`` = 0 (recursive) / 1 (dense).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..formulations import flexible as fx
+from ..formulations import modal as md
+from . import Scenario, register
+
+
+def _choice(v, key, options):
+    k = int(round(v[key]))
+    if k not in range(len(options)):
+        raise ValueError(f"parameter {key!r}: expected 0..{len(options) - 1}, got {v[key]}")
+    return options[k]
+
+
+def sail_modal(v) -> md.ModalData:
+    """The sail's modal data (see module docstring)."""
+    L, ne = float(v["boom_length"]), int(round(v["n_elements"]))
+    if L <= 0 or ne < 4:
+        raise ValueError("solar-sail-slew: boom_length must be positive and n_elements >= 4")
+    rho = float(v["membrane_rho"])
+    nodes, mass, elements, names = [np.zeros(3)], [0.0], [], ["hub"]
+    h = L / ne
+    for b, (d, label) in enumerate(zip(((1, 0, 0), (0, 1, 0), (-1, 0, 0), (0, -1, 0)), ("px", "py", "mx", "my"))):
+        d = np.asarray(d, float)
+        prev = 0
+        for k in range(1, ne + 1):
+            s = k * h
+            nodes.append(s * d)
+            w = h if k < ne else h / 2
+            mass.append(float(v["boom_mu"]) * w + rho * (L - s) * w + (float(v["tip_mass"]) if k == ne else 0.0))
+            names.append(f"tip_{label}" if k == ne else f"{label}{k}")
+            idx = len(nodes) - 1
+            elements.append((prev, idx, {"EIy": float(v["EI_out"]), "EIz": float(v["EI_in"]),
+                                         "GJ": 0.8 * float(v["EI_out"]),
+                                         "EA": 1e4 * max(float(v["EI_out"]), float(v["EI_in"])),
+                                         "up": (0.0, 0.0, 1.0)}))
+            prev = idx
+    hub_I = np.diag([v["hub_ixx"], v["hub_ixx"], v["hub_izz"]])
+    return md.frame_modes(np.asarray(nodes), elements, np.asarray(mass), clamped=(0,), n_modes=44,
+                          name="sail", damping_ratio=float(v["damping_ratio"]), node_names=names,
+                          rigid_mass=float(v["hub_mass"]), rigid_inertia=hub_I)
+
+
+def _bang_bang(t, f):
+    tq = jnp.where(t < f["t_switch"], f["torque"], jnp.where(t < 2 * f["t_switch"], -f["torque"], 0.0))
+    return (tq * f["axis"])[None, :]
+
+
+def _sail(v, stabilization):
+    data = sail_modal(v)
+    axis = np.asarray([v["axis_x"], v["axis_y"], v["axis_z"]], float)
+    if np.linalg.norm(axis) == 0:
+        raise ValueError("solar-sail-slew: the torque axis (axis_x, axis_y, axis_z) is zero")
+    body = fx.FlexBody("sail", data, "world", "free")
+    forcing = {"torque": jnp.asarray(float(v["torque"])), "t_switch": jnp.asarray(float(v["t_switch"])),
+               "axis": jnp.asarray(axis / np.linalg.norm(axis))}
+    system = fx.build_flexible(
+        [body], speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
+        geometric_stiffening=bool(v["geometric_stiffening"]), torque_fn=_bang_bang, forcing=forcing,
+        outputs=(("tip_px", "sail", "tip_px"), ("tip_py", "sail", "tip_py")))
+    return system, system.default_params()
+
+
+def beam_body(v) -> md.ModalData:
+    return md.cantilever_beam(
+        float(v["length"]), int(round(v["n_elements"])), float(v["EI"]), float(v["mu"]), 10,
+        name="beam", EI2=float(v["EI"]) * float(v["EI_ratio"]), damping_ratio=float(v["damping_ratio"]),
+        rigid_mass=float(v["joint_mass"]), rigid_inertia=np.eye(3) * float(v["joint_inertia"]))
+
+
+def slew_profile(t, p):
+    """Smooth rest-to-rest slew: ``A (tau - sin(2 pi tau) / (2 pi))``, ``tau = t / T`` clipped."""
+    tau = jnp.clip(t / p["T"], 0.0, 1.0)
+    return p["A"] * (tau - jnp.sin(2 * jnp.pi * tau) / (2 * jnp.pi))
+
+
+def _four(v, stabilization):
+    data = beam_body(v)
+    bodies = [
+        fx.FlexBody("body1", data, "world", "free", u0=[0.0, 0.0, 0.05, 0.0, 0.0, 0.0]),
+        fx.FlexBody("body2", data, "body1", "revolute", hinge="tip", axis=(0, 0, 1),
+                    prescribed={0: slew_profile}),
+        fx.FlexBody("body3", data, "body2", "universal", hinge="tip", axis=(0, 0, 1), axis2=(0, 1, 0),
+                    u0=[float(v["rate3"]), -float(v["rate3"])]),
+        fx.FlexBody("body4", data, "body3", "spherical", hinge="tip", u0=[float(v["rate4"]), 0.0, 0.0]),
+    ]
+    system = fx.build_flexible(
+        bodies, speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
+        geometric_stiffening=bool(v["geometric_stiffening"]),
+        prescribed_params={"body2": {"A": jnp.asarray(float(v["slew_angle"])), "T": jnp.asarray(float(v["slew_time"]))}},
+        outputs=(("tip4", "body4", "tip"),))
+    return system, system.default_params()
+
+
+register(Scenario(
+    name="solar-sail-slew",
+    description="solar sail, one flexible body with 44 modes (50 DOF), bang-bang slew, 300 s",
+    paper="Banerjee & Lemak, efficient speeds in recursive flexible dynamics, Figs. 1-2",
+    build=_sail,
+    defaults={"boom_length": 20.0, "n_elements": 12, "boom_mu": 0.1, "EI_out": 200.0, "EI_in": 320.0,
+              "membrane_rho": 0.005, "tip_mass": 0.05, "hub_mass": 100.0, "hub_ixx": 20.0, "hub_izz": 30.0,
+              "damping_ratio": 0.005, "torque": 1.0, "t_switch": 30.0, "axis_x": 0.0, "axis_y": 0.0,
+              "axis_z": 1.0, "speeds": 0.0, "method": 0.0, "geometric_stiffening": 1.0},
+    t1=300.0, dt=0.02, solver="rk4",
+))
+
+register(Scenario(
+    name="flex-4body",
+    description="four flexible beams, revolute + Hooke + ball joints (52 DOF), prescribed slew + hinge load",
+    paper="Banerjee & Lemak, efficient speeds in recursive flexible dynamics, Figs. 3-4",
+    build=_four,
+    defaults={"length": 2.0, "n_elements": 8, "EI": 6.0, "EI_ratio": 2.0, "mu": 1.0, "joint_mass": 0.5,
+              "joint_inertia": 0.02, "damping_ratio": 0.01, "slew_angle": 1.0, "slew_time": 4.0,
+              "rate3": 0.2, "rate4": 0.3, "speeds": 0.0, "method": 0.0, "geometric_stiffening": 1.0},
+    t1=10.0, dt=5e-3, solver="rk4",
+))
