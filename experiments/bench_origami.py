@@ -64,6 +64,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="sizes 2, 3 and 1 s paper runs")
     ap.add_argument("--no-paper", action="store_true", help="skip the paper targets")
+    ap.add_argument("--stabilizations", nargs="+", choices=STABS, default=list(STABS),
+                    help="stabilizations to run (default both)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_origami.json")
     args = ap.parse_args(argv)
 
@@ -86,7 +88,7 @@ def main(argv=None):
     for n in sizes:
         pattern = map_fold(n, n, panel_mass=1.0, hub_mass=100.0, panel_inertia=PAPER_PANEL_INERTIA,
                            hub_inertia=PAPER_HUB_INERTIA, k_row=0.01, k_col=0.03)
-        for stab in STABS:
+        for stab in args.stabilizations:
             system, info = build(pattern, stabilization=stab, baumgarte=(40.0, 0.0))
             tr, wall, comp = timed(system, args.horizon, args.dt, args.repeats)
             record(f"map {n}x{n}", n * n, stab, tr, wall, comp, args.horizon,
@@ -96,7 +98,7 @@ def main(argv=None):
         for case, fn in (("fold-4panel", fold_4panel), ("fold-2x4", fold_2x4)):
             p = PAPER[case]
             t1 = 1.0 if args.quick else p["t1"]
-            for stab in STABS:
+            for stab in args.stabilizations:
                 system, info = build(fn(), stabilization=stab, baumgarte=p["gains"])
                 tr, wall, comp = timed(system, t1, args.dt, args.repeats)
                 full = wall * p["t1"] / t1  # extrapolated to the paper's horizon when --quick

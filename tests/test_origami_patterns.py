@@ -263,7 +263,7 @@ def test_scheel_ring_is_rigid_and_fold_scenario_registered():
     assert info.n_p == 4 and system.closures.report.rank == 4
     sc = get(str(EXAMPLES / "miura_3x3.fold"))
     assert sc.name == "miura_3x3" and sc.stabilization == "projection" and sc.solver == "rk4"
-    assert set(sc.defaults) >= {"density", "stiffness", "damping"}
+    assert set(sc.defaults) >= {"density", "K", "c"}
     assert get("miura").stabilization == "projection" and get("scheel").stabilization == "projection"
 
 

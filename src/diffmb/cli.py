@@ -5,6 +5,8 @@
 ``diffmb run SCENARIO [options]``
     Simulate a scenario with its default settings, overridden by options and
     ``--set NAME=VALUE``. See ``diffmb run --help``.
+``diffmb synth | tune | fit | sweep SCENARIO ...``
+    The design tools (:mod:`diffmb.cli_design`).
 
 How a run works
 ---------------
@@ -55,7 +57,7 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
-from . import __version__, scenarios
+from . import __version__, cli_design, scenarios
 from .integrate import FIXED_SOLVERS, SOLVERS, save_grid, simulate
 from .trajectory import Trajectory, concatenate
 
@@ -110,6 +112,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--chunks", type=int, metavar="N", help="number of chunks (default: automatic)")
     r.add_argument("--resume", action="store_true",
                    help="continue from <out>/<scenario>.partial.npz when it matches")
+    lz = sub.add_parser("linearize", help="linearize a tensegrity scenario", description=(
+        "Linearize a tensegrity scenario about its static equilibrium (Hsu et al. sections 2.5, "
+        "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
+    lz.add_argument("scenario", metavar="SCENARIO")
+    lz.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
+                    help="override a scenario parameter (repeatable)")
+    lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
+    cli_design.add_parsers(sub)
+    rc = sub.add_parser("reconfig", help="build a reconfiguration graph (UK scenarios)", description=(
+        "Explore the reconfiguration graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV): "
+        "writes <out>/<scenario>.graphml and .png; --json writes {nodes, edges, graph_file}."))
+    rc.add_argument("scenario", metavar="SCENARIO")
+    rc.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
+                    help="override a scenario parameter (repeatable)")
+    rc.add_argument("--json", type=Path, metavar="PATH", help="write the graph as JSON here")
+    rc.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
+                    help=f"output folder (default: {DEFAULT_OUT})")
     return p
 
 
@@ -434,6 +453,45 @@ def cmd_run(args) -> int:
     return 1 if obj["status"] == "diverged" else 0
 
 
+def cmd_linearize(args) -> int:
+    """``diffmb linearize SCENARIO [--set k=v] [--json PATH]`` (tensegrity scenarios)."""
+    from .formulations.tensegrity import TensegritySystem
+    from .formulations.tensegrity_linear import linearize_report
+
+    try:
+        sc = scenarios.get(args.scenario)
+        system, params, _ = sc.make(parse_sets(args.sets))
+        if not isinstance(system, TensegritySystem):
+            raise UsageError(f"scenario {sc.name!r} is not a tensegrity scenario; linearize supports "
+                             f"{', '.join(n for n in sorted(scenarios.REGISTRY) if 'tbar' in n or 'tensegrity' in n)}")
+        obj = {"scenario": sc.name, **linearize_report(system, params)}
+    except (ValueError, TypeError, UsageError) as e:
+        return _fail(e)
+    if args.json is not None:
+        _write_json(args.json, obj)
+    fmt = lambda v: "inf" if v is None else f"{v:.6g}"  # noqa: E731
+    print(_table([("A", f"{obj['A_shape'][0]} x {obj['A_shape'][1]} (minimal order {obj['minimal_order']})"),
+                  ("H2 norm", fmt(obj["h2_norm"])), ("Hinf norm", fmt(obj["hinf_norm"]))]))
+    return 0
+
+
+def cmd_reconfig(args) -> int:
+    """``diffmb reconfig SCENARIO [--set k=v] [--json PATH] [--out DIR]`` (UK scenarios)."""
+    from . import reconfig
+
+    try:
+        sc = scenarios.get(args.scenario)
+        overrides = sc.resolve(parse_sets(args.sets))
+        obj = reconfig.run(sc.name, out=args.out, json_path=args.json,
+                           overrides={k: overrides[k] for k in parse_sets(args.sets)})
+    except (ValueError, TypeError, UsageError) as e:
+        return _fail(e)
+    print(_table([("nodes", str(len(obj["nodes"]))), ("edges", str(len(obj["edges"]))),
+                  ("rejected", ", ".join(f"{k} {v}" for k, v in obj["rejected"].items()) or "none"),
+                  ("graph", str(obj["graph_file"]))]))
+    return 0
+
+
 def _fail(err) -> int:
     msg = " ".join(str(err).split()) or type(err).__name__
     print(f"diffmb: error: {msg}", file=sys.stderr)
@@ -453,6 +511,12 @@ def main(argv=None) -> int:
         return cmd_list()
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "linearize":
+        return cmd_linearize(args)
+    if args.command == "reconfig":
+        return cmd_reconfig(args)
+    if args.command in cli_design.COMMANDS:
+        return cli_design.run(args.command, args)
     parser.print_help(sys.stderr)
     return 2
 

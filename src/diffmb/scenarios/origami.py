@@ -7,6 +7,9 @@ fold signs: :mod:`diffmb.origami.pattern` and :mod:`diffmb.origami.patterns`.
 Hinge models (:mod:`diffmb.origami.hinges`), all ``--set`` numbers; the defaults reproduce
 the paper (linear springs, no stops):
 
+``K``, ``c``    linear hinge stiffness [N m/rad] and damping [N m s/rad] (eq. 11; ``c`` is 0
+                in the paper); names shared by run / synth / tune / fit / sweep
+
 ``hinge``       0: linear torsion springs ``K`` (eq. 11, default); 1: tape springs on the
                 tree hinges instead (their linear ``K`` is set to 0; damping stays)
 ``ts_K``        tape spring stiffness near flat ``K_flat`` [N m/rad]
@@ -52,15 +55,15 @@ def _hinge_kind(v) -> int:
 
 
 def _pattern_4panel(v):
-    return fold_4panel(k=_linear(v), damping=v["damping"])
+    return fold_4panel(k=_linear(v), damping=v["c"])
 
 
 def _pattern_2x4(v):
-    return fold_2x4(k=_linear(v), k7=_linear(v, "K7"), hub_mass=v["hub_mass"], damping=v["damping"])
+    return fold_2x4(k=_linear(v), k7=_linear(v, "K7"), hub_mass=v["hub_mass"], damping=v["c"])
 
 
 def _pattern_3x3(v):
-    return fold_3x3(k=_linear(v), k_col=_linear(v, "K_col"), hub_mass=v["hub_mass"], damping=v["damping"])
+    return fold_3x3(k=_linear(v), k_col=_linear(v, "K_col"), hub_mass=v["hub_mass"], damping=v["c"])
 
 
 def _pattern_map(v):
@@ -69,7 +72,7 @@ def _pattern_map(v):
         raise ValueError(f"rows and cols must be positive integers (got {v['rows']}, {v['cols']})")
     return map_fold(rows, cols, panel_mass=1.0, hub_mass=v["hub_mass"],
                     panel_inertia=PAPER_PANEL_INERTIA, hub_inertia=PAPER_HUB_INERTIA,
-                    k_row=_linear(v), k_col=_linear(v, "K_col"), damping=v["damping"])
+                    k_row=_linear(v), k_col=_linear(v, "K_col"), damping=v["c"])
 
 
 PATTERNS = {"fold-4panel": _pattern_4panel, "fold-2x4": _pattern_2x4,
@@ -148,7 +151,7 @@ _register_fold(
     "fold-4panel",
     "four-panel map fold on a free-flying root, one closure (sec. 4.2, Tables 1-4)",
     _4panel,
-    {"K": 0.1, "damping": 0.0, "a": 100.0, "b": 0.0},
+    {"K": 0.1, "c": 0.0, "a": 100.0, "b": 0.0},
     t1=10.0, stabilization="baumgarte",
 )
 
@@ -156,7 +159,7 @@ _register_fold(
     "fold-2x4",
     "2 x 4 map fold, two chains, three closures (sec. 4.3.1, Tables 5-8)",
     _2x4,
-    {"K": 0.01, "K7": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0},
+    {"K": 0.01, "K7": 0.03, "hub_mass": 100.0, "c": 0.0, "a": 40.0, "b": 0.0},
     t1=30.0, stabilization="baumgarte",
 )
 
@@ -164,7 +167,7 @@ _register_fold(
     "fold-3x3",
     "3 x 3 map fold, three chains, two bodies with two closures (Fig. 13, Fig. 20)",
     _3x3,
-    {"K": 0.01, "K_col": 0.03, "hub_mass": 100.0, "damping": 0.0, "a": 40.0, "b": 0.0},
+    {"K": 0.01, "K_col": 0.03, "hub_mass": 100.0, "c": 0.0, "a": 40.0, "b": 0.0},
     t1=30.0, stabilization="projection",
 )
 
@@ -173,7 +176,7 @@ _register_fold(
     "rows x cols map fold around a free-flying hub (--set rows=.. cols=..)",
     _map,
     {"rows": 3.0, "cols": 3.0, "K": 0.01, "K_col": 0.03, "hub_mass": 100.0,
-              "damping": 0.0, "a": 40.0, "b": 0.0},
+              "c": 0.0, "a": 40.0, "b": 0.0},
     t1=10.0, stabilization="projection",
 )
 
@@ -193,7 +196,7 @@ def _pattern_miura(v):
 
     return miura(_count(v, "rows", 1), _count(v, "cols", 1), angle_deg=v["angle"], a=v["len_a"],
                  b=v["len_b"], fold=v["fold"], panel_mass=1.0, hub_mass=v["hub_mass"],
-                 stiffness=_linear(v), k_zigzag=_linear(v, "K_zig"), damping=v["damping"])
+                 stiffness=_linear(v), k_zigzag=_linear(v, "K_zig"), damping=v["c"])
 
 
 def _pattern_scheel(v):
@@ -201,7 +204,7 @@ def _pattern_scheel(v):
 
     return scheel(_count(v, "sectors", 3), _count(v, "rings", 1), hub_radius=v["hub_radius"],
                   ring_width=v["ring_width"], panel_density=v["density"], hub_mass=v["hub_mass"],
-                  stiffness=_linear(v), k_ring=_linear(v, "K_ring"), damping=v["damping"])
+                  stiffness=_linear(v), k_ring=_linear(v, "K_ring"), damping=v["c"])
 
 
 PATTERNS.update({"miura": _pattern_miura, "scheel": _pattern_scheel})
@@ -219,7 +222,7 @@ _register_fold(
     "rows x cols Miura-ori, partially folded, around a free-flying corner panel (Fig. 3)",
     _maker("miura"),
     {"rows": 3.0, "cols": 3.0, "angle": 60.0, "len_a": 1.0, "len_b": 1.0,
-              "fold": math.pi / 3, "K": 0.01, "K_zig": 0.01, "hub_mass": 10.0, "damping": 0.0,
+              "fold": math.pi / 3, "K": 0.01, "K_zig": 0.01, "hub_mass": 10.0, "c": 0.0,
               "a": 40.0, "b": 0.0},
     t1=10.0, stabilization="projection",
 )
@@ -229,7 +232,7 @@ _register_fold(
     "radial (Scheel) pattern around a polygonal hub, ring closed by closures (Figs. 4-5)",
     _scheel,
     {"sectors": 6.0, "rings": 2.0, "hub_radius": 1.0, "ring_width": 1.0, "density": 0.25,
-              "hub_mass": 100.0, "K": 0.01, "K_ring": 0.01, "damping": 0.0, "spin": 0.1,
+              "hub_mass": 100.0, "K": 0.01, "K_ring": 0.01, "c": 0.0, "spin": 0.1,
               "a": 40.0, "b": 0.0},
     t1=10.0, stabilization="projection",
 )
@@ -237,7 +240,7 @@ _register_fold(
 
 def fold_scenario(path) -> Scenario:
     """An ad-hoc scenario for a FOLD file (``diffmb run pattern.fold``), named after the
-    file's stem. Parameters: ``density`` [kg/m^2], ``stiffness``, ``damping`` (every
+    file's stem. Parameters: ``density`` [kg/m^2], ``K`` [N m/rad], ``c`` [N m s/rad] (every
     hinge), ``hub_mass`` (root panel; 0: from the density), Baumgarte ``a``, ``b``."""
     import os
 
@@ -248,7 +251,7 @@ def fold_scenario(path) -> Scenario:
         raise ValueError(f"FOLD file not found: {path}")
 
     def make(v, stabilization):
-        pattern = load_fold(path, density=v["density"], stiffness=v["stiffness"], damping=v["damping"],
+        pattern = load_fold(path, density=v["density"], stiffness=v["K"], damping=v["c"],
                             hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None)
         system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v))
         return system, system.default_params()
@@ -256,7 +259,7 @@ def fold_scenario(path) -> Scenario:
     stem = os.path.splitext(os.path.basename(path))[0] or "fold"
     return Scenario(
         name=stem, description=f"crease pattern from {path}", paper="FOLD file", build=make,
-        defaults={"density": 1.0, "stiffness": 0.01, "damping": 0.0, "hub_mass": 0.0,
+        defaults={"density": 1.0, "K": 0.01, "c": 0.0, "hub_mass": 0.0,
                   "a": 40.0, "b": 0.0},
         t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
     )

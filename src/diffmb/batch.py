@@ -1,0 +1,274 @@
+"""Batch sweeps: one System simulated for a whole batch of parameter sets at once.
+
+:func:`sweep` vmaps :func:`~diffmb.integrate.simulate` over a batch of params (and
+optionally initial states) and reduces every member's trajectory to summary metrics inside
+the compiled call, so a batch costs memory for its states, not for its trajectories. A
+batch larger than ``chunk`` runs in pieces (the last one padded to the same shape, so one
+compilation serves all) with a progress bar. With more than one device the members of each
+chunk are sharded across them (``jax.sharding.Mesh`` over a ``batch`` axis,
+``NamedSharding``): XLA runs each device's share of the vmapped loop. On CPU this is
+exercised with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``; on a cluster, call
+``jax.distributed.initialize()`` in every process first and pass ``devices="all"`` — the
+mesh then spans every process's devices (see README).
+
+Metrics per member (``SweepResult.table``):
+
+``status``           success / event / diverged / max_steps
+``t_final``          where the run stopped [s]
+``time_to_flat``     first save time at which every hinge (coordinates named ``theta*``) is
+                     within ``flat_tol_deg`` of 0 (flat), NaN if never
+``peak_hub_rate``    largest ``|omega|`` of a free-flying root [rad/s]
+``max_violation``    largest position-level constraint violation
+``energy_drift``     largest ``|E - E0| / |E0|``
+``momentum_drift``   largest ``|H - H0|`` of the angular momentum
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .integrate import RunSettings
+from .trajectory import STATUS_NAMES
+
+
+def _metrics(tr, flat_tol):
+    valid = jnp.isfinite(tr.ts)
+    out = {"status": tr.status_code, "t_final": tr.t_final}
+    names = tr.coordinate_names
+    hinge = np.array([i for i, n in enumerate(names) if n.startswith("theta")], dtype=int)
+    if hinge.size:
+        flat = valid & jnp.all(jnp.abs(tr.xs[:, hinge]) <= flat_tol, axis=1)
+        first = jnp.argmax(flat)
+        out["time_to_flat"] = jnp.where(jnp.any(flat), tr.ts[first], jnp.nan)
+    hub = [i for i, n in enumerate(names) if n.endswith("sigma1")]
+    if hub:
+        i = len(names) + hub[0]
+        w = jnp.where(valid[:, None], tr.xs[:, i:i + 3], 0.0)
+        out["peak_hub_rate"] = jnp.sqrt(jnp.max(jnp.sum(w * w, -1)))
+    if "position" in tr.violation:
+        out["max_violation"] = jnp.max(jnp.where(valid, jnp.abs(tr.violation["position"]), 0.0))
+    if "energy" in tr.diagnostics:
+        e = tr.diagnostics["energy"]
+        rel = jnp.abs(e - e[0]) / jnp.maximum(jnp.abs(e[0]), 1e-300)
+        out["energy_drift"] = jnp.max(jnp.where(valid, rel, 0.0))
+    if "angular_momentum" in tr.diagnostics:
+        h = tr.diagnostics["angular_momentum"]
+        dh = jnp.sqrt(jnp.sum((h - h[:1]) ** 2, -1))
+        out["momentum_drift"] = jnp.max(jnp.where(valid, dh, 0.0))
+    return out
+
+
+class _Member(eqx.Module):
+    """One member's run, reduced to metrics (vmapped over params / x0)."""
+
+    system: object
+    settings: RunSettings
+    flat_tol: float = eqx.field(static=True)
+    with_x0: bool = eqx.field(static=True)
+
+    def __call__(self, params, x0):
+        tr = self.settings.run(self.system, params, x0 if self.with_x0 else None)
+        return _metrics(tr, self.flat_tol)
+
+
+def _compiled(member, params, x0):
+    """Ahead-of-time compiled ``vmap(member)`` for one chunk shape, and its compile time
+    (so the first chunk is run once, not once to compile and once to time)."""
+    dyn, static = eqx.partition((member, params), eqx.is_array)
+
+    def run(dyn, x0):
+        m, p = eqx.combine(dyn, static)
+        return jax.vmap(m)(p, x0)
+
+    tic = time.perf_counter()
+    compiled = jax.jit(run).lower(dyn, x0).compile()
+    return (lambda m, p, x: compiled(eqx.partition((m, p), eqx.is_array)[0], x)), time.perf_counter() - tic
+
+
+@dataclass
+class SweepResult:
+    """Per-member metrics (``table``: name -> array of length B) and run statistics."""
+
+    table: dict
+    batch: int
+    t1: float
+    wall_s: float
+    compile_s: float
+    devices: int
+    chunks: int
+    members: list = field(default_factory=list)  # per-member parameter values (dicts)
+
+    @property
+    def throughput(self) -> float:
+        """Simulated seconds x members per wall second (compilation excluded)."""
+        return self.batch * self.t1 / max(self.wall_s, 1e-12)
+
+    def rows(self) -> list:
+        out = []
+        for i in range(self.batch):
+            row = dict(self.members[i]) if self.members else {}
+            for k, v in self.table.items():
+                x = v[i]
+                row[k] = STATUS_NAMES[int(x)] if k == "status" else float(x)
+            out.append(row)
+        return out
+
+    def to_json(self) -> dict:
+        rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                for r in self.rows()]
+        return {"batch": self.batch, "t1": self.t1, "wall_s": self.wall_s, "compile_s": self.compile_s,
+                "devices": self.devices, "chunks": self.chunks,
+                "throughput_member_s_per_s": self.throughput, "members": rows}
+
+    def write_csv(self, path):
+        rows = self.rows()
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        return path
+
+    def write_json(self, path):
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=2)
+        return path
+
+
+def _devices(devices):
+    if devices is None:
+        return [jax.devices()[0]]
+    if devices == "all":
+        return list(jax.devices())
+    if isinstance(devices, int):
+        avail = jax.devices()
+        if not 1 <= devices <= len(avail):
+            raise ValueError(f"devices: asked for {devices}, {len(avail)} available")
+        return list(avail[:devices])
+    return list(devices)
+
+
+def _batch_size(params, x0):
+    sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(eqx.filter(params, eqx.is_array))
+             if np.ndim(x) > 0}
+    if x0 is not None:
+        sizes.add(np.shape(x0)[0])
+    if len(sizes) != 1:
+        raise ValueError(f"params_batch / x0_batch: every array needs the same leading batch size, got {sorted(sizes)}")
+    return sizes.pop()
+
+
+def _take(tree, idx):
+    return jax.tree_util.tree_map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
+
+
+def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,
+          saveat=1001, chunk=None, devices=None, max_violation=1.0, flat_tol_deg=1.0,
+          progress=False, members=None) -> SweepResult:
+    """Simulate ``system`` for every member of ``params_batch`` (its params pytree with a
+    leading batch axis on every array leaf) and optional ``x0_batch (B, nx)``; see module
+    docstring. ``chunk``: members per compiled call (default: all). ``devices``: ``None``
+    (default device), ``"all"``, a count, or a list of devices to shard each chunk over.
+    ``max_violation``: a member whose violation exceeds it stops as diverged.
+    """
+    dyn, static = eqx.partition(params_batch, eqx.is_array)
+    B = _batch_size(dyn, x0_batch)
+    devs = _devices(devices)
+    nd = len(devs)
+    chunk = B if chunk is None else int(chunk)
+    if chunk < 1:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    chunk = min(chunk, B)
+    chunk = int(math.ceil(chunk / nd) * nd)  # each device gets an equal share
+    settings = RunSettings(t1=float(t1), dt=dt, solver=solver, rtol=float(rtol), atol=float(atol),
+                           saveat=int(saveat),
+                           max_violation=None if max_violation is None else float(max_violation))
+    member = _Member(system=system, settings=settings, flat_tol=math.radians(flat_tol_deg),
+                     with_x0=x0_batch is not None)
+    x0 = x0_batch if x0_batch is not None else jnp.zeros((B, 1))
+    sharding = None
+    if nd > 1:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        sharding = NamedSharding(Mesh(np.array(devs), ("batch",)), PartitionSpec("batch"))
+    starts = list(range(0, B, chunk))
+    bar = None
+    if progress and len(starts) > 1:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=B, desc="sweep", unit="member")
+    pieces, wall, compile_s = [], 0.0, 0.0
+    for n, s in enumerate(starts):
+        idx = np.arange(s, s + chunk)
+        real = idx < B
+        idx = np.where(real, idx, B - 1)  # pad the last chunk with copies of the last member
+        p = eqx.combine(_take(dyn, idx), static)
+        xc = x0[idx]
+        if sharding is not None:
+            p = eqx.combine(jax.device_put(_take(dyn, idx), sharding), static)
+            xc = jax.device_put(xc, sharding)
+        if n == 0:
+            run_chunk, compile_s = _compiled(member, p, xc)
+        tic = time.perf_counter()
+        out = jax.block_until_ready(run_chunk(member, p, xc))
+        wall += time.perf_counter() - tic
+        pieces.append({k: np.asarray(v)[real] for k, v in out.items()})
+        if bar is not None:
+            bar.update(int(real.sum()))
+    if bar is not None:
+        bar.close()
+    table = {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+    return SweepResult(table=table, batch=B, t1=float(t1), wall_s=wall, compile_s=compile_s,
+                       devices=nd, chunks=len(starts), members=list(members or []))
+
+
+def member_values(ranges: dict, fixed: dict, n: int, *, sample="linspace", seed=0) -> list:
+    """``n`` member override dicts: ``ranges`` ``{name: (lo, hi)}`` spread over the batch
+    (``linspace``: member i at ``lo + (hi - lo) i / (n - 1)`` for every ranged name
+    together; ``random``: independent uniform draws from ``seed``), ``fixed`` added to all."""
+    if n < 1:
+        raise ValueError(f"batch size must be positive, got {n}")
+    if sample not in ("linspace", "random"):
+        raise ValueError(f"sample: 'linspace' or 'random', got {sample!r}")
+    rng = np.random.default_rng(seed)
+    cols = {}
+    for name, (lo, hi) in ranges.items():
+        cols[name] = np.linspace(lo, hi, n) if sample == "linspace" else rng.uniform(lo, hi, n)
+    return [{**fixed, **{k: float(v[i]) for k, v in cols.items()}} for i in range(n)]
+
+
+def scenario_batch(scenario, members: list, stabilization=None):
+    """``(system, params_batch)`` for a list of member override dicts of one scenario.
+
+    Parameters that enter the params affinely (:mod:`diffmb.binding`) are stacked from one
+    build; others (geometry) fall back to one build per member.
+    """
+    from .binding import bind, build_batch
+
+    keys = sorted({k for m in members for k in m})
+    if any(set(m) != set(keys) for m in members):
+        raise ValueError("every sweep member must set the same parameters")
+    names = [k for k in keys if any(m[k] != members[0][k] for m in members)]
+    if not names:
+        system, p, _ = scenario.make(members[0], stabilization)
+        return system, jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(x, (len(members),) + jnp.shape(x)) if eqx.is_array(x) else x, p)
+    try:
+        b = bind(scenario, names, members[0], stabilization)
+    except ValueError as e:
+        if "not tuned or fitted" not in str(e) and "changes the structure" not in str(e):
+            raise
+        return build_batch(scenario, members, stabilization)
+    theta = jnp.asarray(np.array([[m[k] for k in b.names] for m in members], float))
+    return b.system, eqx.filter_vmap(b.params)(theta)

@@ -1,0 +1,245 @@
+"""Named scenario parameters as differentiable functions of a System's params.
+
+Tuning, fitting and sweeps address parameters by the scenario's ``--set`` names (``K``,
+``c``, ``a``, ``b``, ...), but a scenario's ``build`` turns those numbers into a System and
+its params pytree with plain numpy (geometry, validation, rank analysis) — not something to
+trace. :func:`bind` recovers a differentiable map without asking each scenario to write one:
+it builds the scenario at the base values and with each named value perturbed, and reads
+off how every array leaf of ``params`` moves. Parameters that enter ``params`` affinely
+(stiffness, damping, gains, masses, initial angles — almost everything users tune or fit)
+are then exactly ``params(v) = params(v0) + sum_k (v_k - v0_k) D_k``; the map is checked
+at a second and a joint perturbation, and a parameter that enters nonlinearly (a pattern
+angle that moves the geometry) is refused with a message saying so. Sweeps do not need
+gradients and fall back to one build per member (:func:`build_batch`).
+
+Besides the scenario's names, any System whose params hold a tree ``model`` accepts
+per-coordinate joint parameters ``K.<coordinate>``, ``c.<coordinate>`` and
+``rest.<coordinate>`` (e.g. ``K.theta_2``: that hinge's stiffness only) and
+``inertia_scale`` (mass and inertia of every body but the root, scaled together).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+JOINT_FIELDS = {"K": "stiffness", "c": "damping", "rest": "rest"}
+
+
+def _split(params):
+    return eqx.partition(params, eqx.is_inexact_array)
+
+
+def _same_structure(p, q) -> bool:
+    dp, sp_ = _split(p)
+    dq, sq = _split(q)
+    if jax.tree_util.tree_structure(dp) != jax.tree_util.tree_structure(dq):
+        return False
+    try:
+        return bool(jax.tree_util.tree_structure(sp_) == jax.tree_util.tree_structure(sq)) and all(
+            np.array_equal(np.asarray(a), np.asarray(b))
+            for a, b in zip(jax.tree_util.tree_leaves(sp_), jax.tree_util.tree_leaves(sq)))
+    except Exception:  # noqa: BLE001  (incomparable static leaves: treat as different)
+        return False
+
+
+def _leaves(params):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(_split(params)[0])]
+
+
+class Binding(eqx.Module):
+    """A differentiable map from named values ``theta (n,)`` to a System's params.
+
+    ``system``: the built System; ``names``: the bound parameter names; ``values``: their
+    base values; ``base``: params at the base values; ``directions``: ``d params / d v_k``
+    for each name (same pytree as ``base``, zeros where a leaf does not move).
+    """
+
+    system: object
+    base: object
+    values: jnp.ndarray
+    directions: tuple
+    names: tuple = eqx.field(static=True)
+    scenario: str = eqx.field(static=True)
+    stabilization: str = eqx.field(static=True)
+
+    def params(self, theta):
+        """The params pytree at named values ``theta`` (traceable, differentiable)."""
+        theta = jnp.asarray(theta)
+        dyn, static = _split(self.base)
+        out = dyn
+        for k, d in enumerate(self.directions):
+            step = theta[k] - self.values[k]
+            out = jax.tree_util.tree_map(lambda x, dx, s=step: x + s * dx, out, _split(d)[0])
+        return eqx.combine(out, static)
+
+    def as_dict(self, theta) -> dict:
+        return {n: float(v) for n, v in zip(self.names, np.asarray(theta))}
+
+
+def _joint_param(name: str, params):
+    """``(field, index)`` for ``K.<coord>`` style names, or ``None``."""
+    head, dot, coord = name.partition(".")
+    if not dot or head not in JOINT_FIELDS:
+        return None
+    model = params.get("model") if isinstance(params, dict) else None
+    if model is None:
+        raise ValueError(f"parameter {name!r}: per-coordinate parameters need a tree model in params")
+    names = list(model.coordinate_names)
+    if coord not in names:
+        raise ValueError(f"parameter {name!r}: no coordinate {coord!r}; coordinates: {', '.join(names)}")
+    return JOINT_FIELDS[head], names.index(coord)
+
+
+def _direct(name: str, params):
+    """``d params / d value`` and the base value of a per-coordinate or inertia parameter."""
+    zeros = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, params)
+    if name == "inertia_scale":
+        model = params.get("model") if isinstance(params, dict) else None
+        if model is None:
+            raise ValueError("parameter 'inertia_scale' needs a tree model in params")
+        keep = jnp.asarray([0.0] + [1.0] * (len(model.body_names) - 1), model.mass.dtype)
+        zm = zeros["model"]
+        zm = eqx.tree_at(lambda m: (m.mass, m.inertia), zm,
+                         (model.mass * keep, model.inertia * keep[:, None, None]))
+        return {**zeros, "model": zm}, 1.0
+    field, i = _joint_param(name, params)
+    arr = getattr(params["model"], field)
+    d = eqx.tree_at(lambda m: getattr(m, field), zeros["model"], jnp.zeros_like(arr).at[i].set(1.0))
+    return {**zeros, "model": d}, float(arr[i])
+
+
+def _is_direct(name: str) -> bool:
+    head, dot, _ = name.partition(".")
+    return name == "inertia_scale" or (bool(dot) and head in JOINT_FIELDS)
+
+
+def _probe_step(v: float) -> float:
+    return 0.5 * max(abs(v), 1.0)
+
+
+def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1e-9) -> Binding:
+    """Bind scenario parameters ``names`` (its ``--set`` names, or ``K.<coordinate>`` etc.)
+    at the scenario's values updated by ``overrides``. Raises ValueError naming a parameter
+    that is unknown, changes the System's structure, or enters its params nonlinearly."""
+    names = tuple(names)
+    if not names:
+        raise ValueError("no parameters given")
+    if len(set(names)) != len(names):
+        raise ValueError(f"parameters listed twice: {', '.join(names)}")
+    values = scenario.resolve(overrides)
+    system, base, _ = scenario.make(overrides, stabilization)
+    stab = getattr(system, "stabilization", stabilization or scenario.stabilization)
+    v0, dirs = [], []
+    probes = {}
+    for name in names:
+        if _is_direct(name):
+            d, v = _direct(name, base)
+            v0.append(v)
+            dirs.append(d)
+            continue
+        if name not in values:
+            raise ValueError(
+                f"scenario {scenario.name!r} has no parameter {name!r}; settable: "
+                f"{', '.join(sorted(values))} (and K.<coordinate>, c.<coordinate>, "
+                f"rest.<coordinate>, inertia_scale)")
+        h = _probe_step(values[name])
+        d = _difference(scenario, values, {name: h}, base, stab, name)
+        p2 = _build(scenario, values, {name: 2 * h}, stab, name, base)
+        _check_affine(base, [(d, 2 * h)], p2, name, scenario.name, rtol)
+        probes[name] = h
+        v0.append(values[name])
+        dirs.append(d)
+    scen = [n for n in names if n in probes]
+    if len(scen) > 1:  # joint perturbation: rules out products of two bound parameters
+        pj = _build(scenario, values, probes, stab, "+".join(scen), base)
+        pairs = [(dirs[names.index(n)], probes[n]) for n in scen]
+        _check_affine(base, pairs, pj, " and ".join(scen), scenario.name, rtol, joint=True)
+    return Binding(system=system, base=base, values=jnp.asarray(np.asarray(v0, float)),
+                   directions=tuple(dirs), names=names, scenario=scenario.name, stabilization=stab)
+
+
+def _build(scenario, values, delta, stab, label, base):
+    v = dict(values)
+    for k, h in delta.items():
+        v[k] = values[k] + h
+    try:
+        _, p = scenario.build(v, stab)
+    except ValueError as e:
+        raise ValueError(f"parameter {label!r}: scenario {scenario.name!r} rejects a probe "
+                         f"at {', '.join(f'{k}={v[k]:g}' for k in delta)}: {e}") from None
+    if not _same_structure(base, p):
+        raise ValueError(f"parameter {label!r} changes the structure of scenario "
+                         f"{scenario.name!r} (it is a structural option, not a number to tune)")
+    return p
+
+
+def _difference(scenario, values, delta, base, stab, name):
+    (k, h), = delta.items()
+    p1 = _build(scenario, values, delta, stab, name, base)
+    d1, static = _split(p1)
+    d0, _ = _split(base)
+    # equal leaves (including the infinite joint limits) do not move: 0, not inf - inf
+    diff = lambda a, b: jnp.where(a == b, 0.0, (a - b) / h)  # noqa: E731
+    return eqx.combine(jax.tree_util.tree_map(diff, d1, d0), static)
+
+
+def _check_affine(base, pairs, probe, label, scen, rtol, joint=False):
+    b = _leaves(base)
+    pred = [x.astype(float) for x in b]
+    for d, h in pairs:
+        pred = [p + h * np.asarray(x) for p, x in zip(pred, _leaves(d))]
+    for p, got in zip(pred, _leaves(probe)):
+        fin = np.isfinite(got)
+        if not np.array_equal(fin, np.isfinite(p)) or not np.array_equal(got[~fin], p[~fin]):
+            raise ValueError(f"parameter {label!r} changes which numbers of scenario {scen!r} are infinite")
+        p, got = p[fin], got[fin]
+        scale = max(np.max(np.abs(got), initial=0.0), np.max(np.abs(p), initial=0.0), 1e-300)
+        if np.max(np.abs(p - got), initial=0.0) > rtol * scale + 1e-12:
+            how = "together (they multiply)" if joint else "nonlinearly"
+            raise ValueError(
+                f"parameter {label!r} enters scenario {scen!r} {how}: it can be swept "
+                f"(one build per member) but not tuned or fitted by gradient")
+
+
+def build_batch(scenario, members, stabilization=None):
+    """Stacked params of one build per member (``members``: list of override dicts).
+
+    For parameters that enter nonlinearly (geometry); every member must keep the structure.
+    Returns ``(system, params_batch)`` with a leading batch axis on every array leaf.
+    """
+    system, base, _ = scenario.make(members[0], stabilization)
+    stab = getattr(system, "stabilization", stabilization)
+    ps = [base]
+    for i, m in enumerate(members[1:], start=1):
+        _, p, _ = scenario.make(m, stab)
+        if not _same_structure(base, p):
+            raise ValueError(f"sweep member {i} ({m}) changes the structure of scenario {scenario.name!r}")
+        ps.append(p)
+    dyn = [_split(p)[0] for p in ps]
+    static = _split(base)[1]
+    return system, eqx.combine(jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *dyn), static)
+
+
+def resolve(scenario, names, overrides=None, stabilization=None, *, t1=None, dt=None, solver=None,
+            rtol=None, atol=None):
+    """``(binding, settings)`` for the design tools: ``scenario`` is a Scenario, its name or
+    a ready :class:`Binding`; ``settings`` are the run options (``t1``, ``dt``, ``solver``,
+    ``rtol``, ``atol``), the scenario's where not given (dopri5 for a bare Binding)."""
+    from . import scenarios
+
+    if isinstance(scenario, str):
+        scenario = scenarios.get(scenario)
+    if isinstance(scenario, Binding):
+        b, sc = scenario, None
+    else:
+        sc = scenario
+        b = bind(sc, names, overrides, stabilization)
+    pick = lambda v, attr, default: v if v is not None else (getattr(sc, attr) if sc else default)  # noqa: E731
+    settings = dict(t1=pick(t1, "t1", None), dt=pick(dt, "dt", None), solver=solver or pick(None, "solver", "dopri5"),
+                    rtol=float(pick(rtol, "rtol", 1e-8)), atol=float(pick(atol, "atol", 1e-10)))
+    if settings["t1"] is not None:
+        settings["t1"] = float(settings["t1"])
+    return b, settings

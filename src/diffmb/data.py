@@ -1,0 +1,180 @@
+"""Measured time series for fitting: read, validate, write (CSV or npz).
+
+A record is a time column ``t`` [s] and named columns that match a System's
+``state_names`` (hinge angles ``theta_j``, hub attitude ``r_free_sigma1``, rates
+``theta_j_dot``, ...). A CSV header may carry a unit in brackets, ``theta_j [rad]``; units
+must be diffmb's SI units (m, rad, s and their rates; MRPs are dimensionless), and where
+the System tells which coordinates are lengths and which angles (tree models) the unit must
+match the coordinate. Bad files raise ValueError naming the file, row and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Units diffmb accepts, by kind.
+SI_UNITS = {"length": {"m"}, "angle": {"rad"}, "none": {"", "1", "-"},
+            "speed": {"m/s"}, "rate": {"rad/s"}, "nonerate": {"1/s"}}
+_UNIT = re.compile(r"^\s*([^\[\]]+?)\s*(?:\[\s*([^\]]*)\s*\])?\s*$")
+_ANY_SI = set().union(*SI_UNITS.values())
+
+
+@dataclass(frozen=True)
+class Data:
+    """``t (m,)`` and ``values (m, k)`` for columns ``names``; ``path`` for messages."""
+
+    t: np.ndarray
+    names: tuple
+    values: np.ndarray
+    path: str = "<memory>"
+
+    def columns_in(self, state_names) -> np.ndarray:
+        """Indices of this record's columns in ``state_names``."""
+        return np.array([list(state_names).index(n) for n in self.names], dtype=int)
+
+
+def unit_kinds(system) -> dict:
+    """``{state name: kind}`` (length / angle / none and their rates) where known."""
+    model = getattr(system, "model", None)
+    if model is None or not hasattr(model, "joint_kinds"):
+        return {}
+    per = {"revolute": ("angle",), "prismatic": ("length",), "universal": ("angle", "angle"),
+           "spherical": ("none",) * 3, "free": ("none",) * 3 + ("length",) * 3}
+    vel = {"revolute": ("rate",), "prismatic": ("speed",), "universal": ("rate", "rate"),
+           "spherical": ("rate",) * 3, "free": ("rate",) * 3 + ("speed",) * 3}
+    kq, kv = [], []
+    for kind in model.joint_kinds:
+        kq += per.get(kind, ())
+        kv += vel.get(kind, ())
+    names = tuple(system.state_names)
+    if len(kq) + len(kv) != len(names):
+        return {}
+    return dict(zip(names, kq + kv))
+
+
+def _parse_header(path, header, state_names, kinds):
+    heads = [(_UNIT.match(h or "") or None) for h in header]
+    if not any(m is not None and m.group(1) == "t" for m in heads):
+        raise ValueError(f"{path}: missing column 't' (time in s); columns: {', '.join(map(str, header))}")
+    cols = []
+    for j, raw in enumerate(header):
+        m = _UNIT.match(raw or "")
+        if not m:
+            raise ValueError(f"{path}: column {j + 1}: cannot read header {raw!r}")
+        name, unit = m.group(1), (m.group(2) or "").strip()
+        if name == "t":
+            if unit not in ("", "s"):
+                raise ValueError(f"{path}: column 't': time must be in s, not {unit!r}")
+        elif name not in state_names:
+            raise ValueError(f"{path}: column {name!r} is not a state of this system; "
+                             f"states: {', '.join(state_names)}")
+        elif unit:
+            kind = kinds.get(name)
+            if kind is not None and unit not in SI_UNITS[kind]:
+                want = "/".join(sorted(u for u in SI_UNITS[kind] if u)) or "dimensionless"
+                raise ValueError(f"{path}: column {name!r}: unit mismatch: {unit!r} given, "
+                                 f"the model's {kind} coordinate is in {want}")
+            if kind is None and unit not in _ANY_SI:
+                raise ValueError(f"{path}: column {name!r}: unit {unit!r} is not an SI unit "
+                                 f"diffmb uses (m, rad, s and rates)")
+        cols.append(name)
+    if len(set(cols)) != len(cols):
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        raise ValueError(f"{path}: column(s) {', '.join(dup)} appear more than once")
+    if len(cols) < 2:
+        raise ValueError(f"{path}: no data columns besides 't'; give columns named like {state_names[0]!r}")
+    return cols
+
+
+def read_data(path, system) -> Data:
+    """Read a CSV (header row with ``t`` and state names) or an npz (arrays ``t`` and state
+    names) measured against ``system``; see module docstring for the checks."""
+    path = os.fspath(path)
+    names = tuple(system.state_names)
+    kinds = unit_kinds(system)
+    if not os.path.isfile(path):
+        raise ValueError(f"data file not found: {path}")
+    if path.endswith(".npz"):
+        with np.load(path) as z:
+            keys = list(z.keys())
+            cols = _parse_header(path, keys, names, kinds)
+            arrays = {k: np.asarray(z[k], float) for k in keys}
+        m = arrays["t"].shape
+        for k, a in arrays.items():
+            if a.shape != m or a.ndim != 1:
+                raise ValueError(f"{path}: array {k!r} has shape {a.shape}, expected {m} like 't'")
+        table = np.stack([arrays[c] for c in cols], 1)
+        first_row = 0
+    else:
+        with open(path, newline="") as f:
+            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+        if not rows:
+            raise ValueError(f"{path}: empty file")
+        cols = _parse_header(path, rows[0], names, kinds)
+        table = np.empty((len(rows) - 1, len(cols)))
+        for i, r in enumerate(rows[1:]):
+            if len(r) != len(cols):
+                raise ValueError(f"{path}: row {i + 2}: {len(r)} fields, the header has {len(cols)}")
+            for j, v in enumerate(r):
+                try:
+                    table[i, j] = float(v)
+                except ValueError:
+                    raise ValueError(f"{path}: row {i + 2}, column {cols[j]!r}: {v!r} is not a number") from None
+        first_row = 2
+    if table.shape[0] < 2:
+        raise ValueError(f"{path}: need at least 2 data rows, got {table.shape[0]}")
+    bad = ~np.isfinite(table)
+    if bad.any():
+        i, j = map(int, np.argwhere(bad)[0])
+        where = f"row {i + first_row}" if first_row else f"index {i}"
+        raise ValueError(f"{path}: {where}, column {cols[j]!r}: {table[i, j]} (NaN or infinite)")
+    it = cols.index("t")
+    t = table[:, it]
+    back = np.nonzero(np.diff(t) <= 0)[0]
+    if back.size:
+        i = int(back[0]) + 1
+        where = f"row {i + first_row}" if first_row else f"index {i}"
+        raise ValueError(f"{path}: {where}, column 't': time {t[i]:g} does not increase "
+                         f"(previous {t[i - 1]:g}); times must be strictly increasing")
+    if t[0] < 0:
+        raise ValueError(f"{path}: column 't' starts at {t[0]:g} < 0; the simulation starts at 0")
+    keep = [j for j in range(len(cols)) if j != it]
+    return Data(t=t, names=tuple(cols[j] for j in keep), values=table[:, keep], path=path)
+
+
+def write_data(path, data: Data, system=None):
+    """Write ``data`` as CSV (units in the header where known) or npz (by extension)."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if path.endswith(".npz"):
+        np.savez(path, t=data.t, **{n: data.values[:, j] for j, n in enumerate(data.names)})
+        return path
+    kinds = unit_kinds(system) if system is not None else {}
+    unit = {"length": "m", "angle": "rad", "speed": "m/s", "rate": "rad/s"}
+    head = ["t [s]"] + [f"{n} [{unit[kinds[n]]}]" if kinds.get(n) in unit else n for n in data.names]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        for i in range(data.t.shape[0]):
+            w.writerow([repr(float(data.t[i]))] + [repr(float(v)) for v in data.values[i]])
+    return path
+
+
+def default_columns(system) -> tuple:
+    """Columns a synthetic record holds by default: the hinge angles (names starting
+    ``theta``) when there are any, else every coordinate."""
+    names = tuple(system.coordinate_names)
+    hinge = tuple(n for n in names if n.startswith("theta"))
+    return hinge or names
+
+
+def sample_times(t1: float, samples: int) -> np.ndarray:
+    if samples < 2 or not math.isfinite(t1) or t1 <= 0:
+        raise ValueError(f"need t1 > 0 and at least 2 samples (got t1={t1}, samples={samples})")
+    return np.linspace(0.0, t1, samples)

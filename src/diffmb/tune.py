@@ -1,0 +1,262 @@
+"""Gradient-based tuning of stabilization gains and other scenario parameters (optax).
+
+Fulton & Schaub tuned their Baumgarte gains by hand (section 4.2: ``a = 100, b = 0`` for
+the 4-panel fold, "trial and error") and found none for the 3x3 grid. :func:`tune` makes
+that a minimisation: the parameters (any scenario ``--set`` names, bound to the System's
+params by :mod:`diffmb.binding`) are optimised by Adam on a loss of the simulated
+trajectory, with gradients through :func:`~diffmb.integrate.simulate` (memory-bounded
+recursive-checkpoint adjoint). Adam descends ``log(loss)``, whose gradient is scale-free.
+
+Losses (``loss=``):
+
+``"violation"`` (default)  ``int (|Phi|^2 + w_v |Phi_dot|^2) dt`` with ``|.|`` the largest
+    constrained row (the trajectory's ``violation``), plus optional
+    ``w_e int ((E - E0) / |E0|)^2 dt`` and ``w_h int |H - H0|^2 dt`` (energy and
+    angular-momentum drift: the paper's trade-off between constraint and energy error);
+``"deploy"``  a deployment objective: ``int sum_i theta_i^2 dt / T`` over the hinge
+    coordinates (distance from flat, a smooth stand-in for the time to reach flat) plus
+    ``w_rate * relu(max |omega_hub| - rate_bound)^2`` (a bound on the peak hub rate);
+or any callable ``loss(trajectory, params) -> scalar``.
+
+A run that diverges stops early (the divergence event); its loss is the part it ran plus
+``divergence_penalty`` times the fraction of the horizon it did not reach, so gradients
+still point towards stable gains. Positive parameters are optimised as ``log(value)``; a
+zero initial value starts at ``zero_start``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .binding import Binding, resolve
+from .integrate import RunSettings
+
+LOSSES = ("violation", "deploy")
+
+
+def _trapezoid(y, ts, valid):
+    y = jnp.where(valid, y, 0.0)
+    dt = jnp.diff(jnp.where(valid, ts, 0.0))
+    both = valid[1:] & valid[:-1]
+    return jnp.sum(jnp.where(both, 0.5 * (y[1:] + y[:-1]) * dt, 0.0))
+
+
+def _reached(tr, t0, t1):
+    valid = jnp.isfinite(tr.ts)
+    t_end = jnp.max(jnp.where(valid, tr.ts, t0))
+    return valid, jnp.clip((t1 - t_end) / (t1 - t0), 0.0, 1.0)
+
+
+def violation_loss(tr, params, *, w_velocity=1.0, w_energy=0.0, w_momentum=0.0):
+    """Time-integrated squared constraint violation (+ optional drift terms); see module doc."""
+    if not tr.violation:
+        raise ValueError("loss 'violation': the system has no constraints to violate")
+    valid = jnp.isfinite(tr.ts)
+    ts = jnp.where(valid, tr.ts, 0.0)
+    out = _trapezoid(jnp.where(valid, tr.violation["position"], 0.0) ** 2, ts, valid)
+    if "velocity" in tr.violation:
+        out = out + w_velocity * _trapezoid(jnp.where(valid, tr.violation["velocity"], 0.0) ** 2, ts, valid)
+    if w_energy and "energy" in tr.diagnostics:
+        e = tr.diagnostics["energy"]
+        e0 = e[0]
+        rel = (e - e0) / jnp.maximum(jnp.abs(e0), 1e-12)
+        out = out + w_energy * _trapezoid(jnp.where(valid, rel, 0.0) ** 2, ts, valid)
+    if w_momentum and "angular_momentum" in tr.diagnostics:
+        h = tr.diagnostics["angular_momentum"]
+        dh = jnp.where(valid[:, None], h - h[:1], 0.0)
+        out = out + w_momentum * _trapezoid(jnp.sum(dh**2, -1), ts, valid)
+    return out
+
+
+def hinge_indices(names) -> np.ndarray:
+    """Coordinates that count as hinges for deployment metrics: names starting ``theta``."""
+    idx = [i for i, n in enumerate(names) if n.startswith("theta")]
+    if not idx:
+        raise ValueError("no hinge coordinates (names starting with 'theta') in this system")
+    return np.asarray(idx)
+
+
+def deploy_loss(tr, params, *, rate_bound=0.05, w_rate=100.0):
+    """Distance from flat integrated over the run plus a penalty on the peak hub rate."""
+    valid = jnp.isfinite(tr.ts)
+    ts = jnp.where(valid, tr.ts, 0.0)
+    idx = hinge_indices(tr.coordinate_names)
+    th = jnp.where(valid[:, None], tr.xs[:, idx], 0.0)
+    T = jnp.max(ts) - ts[0]
+    out = _trapezoid(jnp.sum(th**2, -1), ts, valid) / jnp.maximum(T, 1e-12)
+    names = tr.coordinate_names
+    hub = [i for i, n in enumerate(names) if n.endswith("sigma1")]
+    if hub:  # free-flying root: its body rates follow the coordinates in the state
+        i = len(names) + hub[0]
+        w = jnp.where(valid[:, None], tr.xs[:, i:i + 3], 0.0)
+        peak = jnp.sqrt(jnp.max(jnp.sum(w**2, -1)) + 1e-30)
+        out = out + w_rate * jax.nn.relu(peak - rate_bound) ** 2
+    return out
+
+
+def named_loss(loss, **weights) -> Callable:
+    """``loss(trajectory, params)`` from a name in :data:`LOSSES` or a callable."""
+    if callable(loss):
+        return loss
+    if loss == "violation":
+        return lambda tr, p: violation_loss(tr, p, **weights)
+    if loss == "deploy":
+        return lambda tr, p: deploy_loss(tr, p, **weights)
+    raise ValueError(f"loss: unknown {loss!r}; expected one of {list(LOSSES)} or a callable")
+
+
+@dataclass
+class TuneResult:
+    """Outcome of :func:`tune`. ``history``: one dict per iteration (``loss``, ``params``)."""
+
+    names: tuple
+    initial: dict
+    initial_loss: float
+    best: dict
+    best_loss: float
+    history: list = field(default_factory=list)
+    stopped: str = ""
+    wall_s: float = 0.0
+    compile_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"initial": {"params": self.initial, "loss": self.initial_loss},
+                "final": {"params": self.best, "loss": self.best_loss},
+                "history": self.history, "stopped": self.stopped,
+                "wall_s": self.wall_s, "compile_s": self.compile_s}
+
+
+class _Objective(eqx.Module):
+    """``loss(theta)`` for a binding and run settings (an equinox Module so jit caches it)."""
+
+    binding: Binding
+    settings: RunSettings
+    loss: Callable = eqx.field(static=True)
+    penalty: float = eqx.field(static=True)
+    log_mask: tuple = eqx.field(static=True)
+
+    def natural(self, z):
+        mask = jnp.asarray(self.log_mask)
+        return jnp.where(mask, jnp.exp(jnp.where(mask, z, 0.0)), z)
+
+    def __call__(self, z):
+        params = self.binding.params(self.natural(z))
+        tr = self.settings.run(self.binding.system, params)
+        _, missed = _reached(tr, 0.0, self.settings.t1)
+        return self.loss(tr, params) + self.penalty * missed
+
+    def log_loss(self, z):
+        """``log(loss)``: what Adam descends. Violation losses of a good run are round-off
+        small (1e-18); Adam's ``eps`` would swamp their raw gradients, the log's gradient
+        ``grad L / L`` is scale-free."""
+        return jnp.log(self(z) + 1e-300)
+
+
+@eqx.filter_jit
+def _value_and_grad(obj, z):
+    val, g = jax.value_and_grad(obj.log_loss)(z)
+    return jnp.exp(val), g
+
+
+@eqx.filter_jit
+def _value(obj, z):
+    return obj(z)
+
+
+def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=None, solver=None,
+         rtol=None, atol=None, saveat=201, loss="violation", loss_weights=None, steps=100,
+         learning_rate=0.1, clip=1.0, patience=15, min_rel_improvement=1e-3, log=None,
+         zero_start=0.1, divergence_penalty=1e3, max_violation=1.0, callback=None,
+         progress=False) -> TuneResult:
+    """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
+
+    ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
+    :class:`~diffmb.binding.Binding`. Run settings default to the scenario's. ``log``:
+    names optimised in log space (default: every name whose initial value is >= 0).
+    Early stop when the best loss has not improved by ``min_rel_improvement`` for
+    ``patience`` iterations. ``callback(i, loss, params_dict)`` is called every iteration.
+    """
+    if stabilization is None and {"a", "b"} & set(names):
+        stabilization = "baumgarte"
+    b, st = resolve(scenario, names, overrides, stabilization, t1=t1, dt=dt, solver=solver,
+                    rtol=rtol, atol=atol)
+    names = b.names
+    if st["t1"] is None:
+        raise ValueError("t1: give the horizon to tune over")
+    v0 = np.asarray(b.values, float)
+    log = tuple(n for n, v in zip(names, v0) if v >= 0) if log is None else tuple(log)
+    for n in log:
+        if n not in names:
+            raise ValueError(f"log: {n!r} is not one of the tuned parameters {list(names)}")
+    mask = tuple(n in log for n in names)
+    start = np.array([math.log(v if v > 0 else zero_start) if m else v for v, m in zip(v0, mask)])
+    settings = RunSettings(**st, saveat=int(saveat),
+                           max_violation=None if max_violation is None else float(max_violation))
+    obj = _Objective(binding=b, settings=settings, loss=named_loss(loss, **(loss_weights or {})),
+                     penalty=float(divergence_penalty), log_mask=mask)
+    opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(clip), optax.adam(learning_rate))
+    z = jnp.asarray(start)
+    with jax.numpy_dtype_promotion("standard"):
+        state = opt.init(z)
+    to_dict = lambda z_: dict(zip(names, map(float, np.asarray(obj.natural(z_)))))  # noqa: E731
+
+    plain = _Objective(**{f: getattr(obj, f) for f in obj.__dataclass_fields__ if f != "log_mask"},
+                       log_mask=(False,) * len(names))
+    initial_loss = float(_value(plain, jnp.asarray(v0)))
+    tic = time.perf_counter()
+    history, best, best_loss, since, stopped = [], to_dict(z), math.inf, 0, "steps"
+    compile_s = 0.0
+    bar = _bar(steps, progress)
+    for i in range(steps):
+        t_it = time.perf_counter()
+        val, g = _value_and_grad(obj, z)
+        val = float(val)
+        if i == 0:
+            compile_s = time.perf_counter() - t_it
+        params_now = to_dict(z)
+        history.append({"iteration": i, "loss": val, "params": params_now})
+        if callback is not None:
+            callback(i, val, params_now)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{val:.3e}")
+        if math.isfinite(val) and val < best_loss * (1 - min_rel_improvement):
+            best, best_loss, since = params_now, val, 0
+        else:
+            since += 1
+            if math.isfinite(val) and val < best_loss:
+                best, best_loss = params_now, val
+        if since >= patience:
+            stopped = "plateau"
+            break
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes its int step count with floats
+            updates, state = opt.update(g, state, z)
+            z = optax.apply_updates(z, updates)
+    if bar is not None:
+        bar.close()
+    initial = dict(zip(names, map(float, v0)))
+    if initial_loss < best_loss:
+        best, best_loss = initial, initial_loss
+    wall = time.perf_counter() - tic - compile_s
+    return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=best,
+                      best_loss=best_loss, history=history, stopped=stopped,
+                      wall_s=wall, compile_s=compile_s)
+
+
+def _bar(total, enabled):
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, desc="tune", unit="it")
