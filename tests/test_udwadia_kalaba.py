@@ -294,11 +294,16 @@ def test_imaging_explorer_small_layout_graph(tmp_path):
     d = S.IMAGING["side"] + S.IMAGING["gap"]
     wide = S.imaging_configurations(d)["wide"]
     for k, name in enumerate(("m2", "m3", "m4")):
-        assert np.allclose(X1[7 * k: 7 * k + 3], wide[name][0], atol=0.02)
+        assert np.allclose(X1[7 * k: 7 * k + 3], wide[name][0], atol=SETTLE_TOL)
     obj = reconfig.graph_json(G, problem.system, reconfig.save_graphml(G, tmp_path / "g.graphml"))
     reconfig.draw(G, problem.system, tmp_path / "g.png", title="uk-imaging")
     assert (tmp_path / "g.graphml").exists() and (tmp_path / "g.png").exists()
     assert len(obj["nodes"]) == 2 and obj["graph_file"].endswith(".graphml")
+
+
+#: How far a settled module may sit from its well's centre: the gravity gradient shifts the
+#: equilibrium of an electromagnet well by ~5 cm; block, L and line poses are >= 0.5 m apart.
+SETTLE_TOL = 0.1
 
 
 @pytest.mark.slow
@@ -315,7 +320,7 @@ def test_imaging_reconfig_cli_graph_is_consistent(tmp_path):
     assert all(set(e["joints"]) == {"s12", "s23", "s34"} for e in obj["edges"])
     d = S.IMAGING["side"] + S.IMAGING["gap"]
     wide = S.imaging_configurations(d)["wide"]
-    hit = [n for n in obj["nodes"] if all(np.allclose(n["poses"][b]["r"], wide[b][0], atol=0.03)
+    hit = [n for n in obj["nodes"] if all(np.allclose(n["poses"][b]["r"], wide[b][0], atol=SETTLE_TOL)
                                           for b in ("m2", "m3", "m4"))]
     assert hit and any(e["source"] == 0 and e["target"] == hit[0]["id"] for e in obj["edges"])
     assert (tmp_path / "uk-imaging.graphml").exists() and (tmp_path / "uk-imaging.png").exists()

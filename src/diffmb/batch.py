@@ -41,6 +41,12 @@ from .integrate import RunSettings
 from .trajectory import STATUS_NAMES
 
 
+#: Members per compiled call. Measured on fold-4panel (10 s, RK4, 1024 members, 2-core
+#: CPU): 128 per call ran 2.1x faster than one call of 1024 (38 vs 18 member-seconds per
+#: second; the per-member state of a bigger chunk falls out of cache).
+DEFAULT_CHUNK = 128
+
+
 def _metrics(tr, flat_tol):
     valid = jnp.isfinite(tr.ts)
     out = {"status": tr.status_code, "t_final": tr.t_final}
@@ -178,7 +184,7 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
           progress=False, members=None) -> SweepResult:
     """Simulate ``system`` for every member of ``params_batch`` (its params pytree with a
     leading batch axis on every array leaf) and optional ``x0_batch (B, nx)``; see module
-    docstring. ``chunk``: members per compiled call (default: all). ``devices``: ``None``
+    docstring. ``chunk``: members per compiled call (default :data:`DEFAULT_CHUNK`). ``devices``: ``None``
     (default device), ``"all"``, a count, or a list of devices to shard each chunk over.
     ``max_violation``: a member whose violation exceeds it stops as diverged.
     """
@@ -186,7 +192,7 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
     B = _batch_size(dyn, x0_batch)
     devs = _devices(devices)
     nd = len(devs)
-    chunk = B if chunk is None else int(chunk)
+    chunk = DEFAULT_CHUNK if chunk is None else int(chunk)
     if chunk < 1:
         raise ValueError(f"chunk must be positive, got {chunk}")
     chunk = min(chunk, B)

@@ -79,7 +79,7 @@ def add_parsers(sub):
     w.add_argument("--batch", type=int, required=True, metavar="N", help="members")
     w.add_argument("--sample", choices=("linspace", "random"), default="linspace")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--chunk", type=int, metavar="N", help="members per compiled call")
+    w.add_argument("--chunk", type=int, metavar="N", help="members per compiled call (default 128)")
     w.add_argument("--devices", default=None, metavar="all|N", help="shard over devices")
     w.add_argument("--csv", type=Path, metavar="PATH", help="write the per-member table as CSV")
 
