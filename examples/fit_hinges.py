@@ -6,7 +6,7 @@ with 1e-3 rad noise (or pass --data FILE.csv with a `t` column and theta_* colum
 The fit starts 3x off and prints the fitted values with their standard errors; the data
 and the fitted run are plotted to out/fit_hinges.png.
 
-    python examples/fit_hinges.py [--data deploy.csv]
+    python examples/fit_hinges.py [--data deploy.csv] [--t1 10]
 """
 
 import argparse
@@ -25,13 +25,14 @@ from diffmb.scenarios import get  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", type=Path)
+ap.add_argument("--t1", type=float, default=10.0, help="length of the synthetic record [s]")
 args = ap.parse_args()
 
 sc = get("fold-4panel")
 if args.data:
     data = read_data(args.data, sc.make()[0])
 else:
-    data, _ = synth(sc, {"K": 0.1, "c": 0.02}, noise=1e-3, seed=0)
+    data, _ = synth(sc, {"K": 0.1, "c": 0.02}, t1=args.t1, noise=1e-3, seed=0)
 res = fit(sc, data, ["K", "c"], overrides={"K": 0.3, "c": 0.06})
 for n in res.names:
     print(f"{n} = {res.params[n]:.6g} +- {res.stderr[n]:.2g}   (start {res.initial[n]:g})")
