@@ -385,7 +385,9 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     if system.has_projection:
         # save points inside a step come from the dense output, which is on the state
         # manifold only to the solver's tolerance: project them like step ends
-        safe_xs = jax.vmap(lambda x: system.project(x, params))(safe_xs)
+        # (lax.map, not vmap: a vmapped batch of projections deadlocked XLA's CPU runtime
+        # intermittently on a repeated call; one projection per save point is cheap)
+        safe_xs = jax.lax.map(lambda x: system.project(x, params), safe_xs)
         xs = jnp.where(valid[:, None], safe_xs, xs)
     diag = jax.vmap(lambda x: system.diagnostics(x, params))(safe_xs)
     viol = jax.vmap(lambda x: system.violation(x, params))(safe_xs)
