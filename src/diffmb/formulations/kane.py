@@ -74,6 +74,8 @@ reported by ``diagnostics`` — which sees only the state.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -524,9 +526,9 @@ class CutJointSystem(System):
         return N.T @ self.mass_matrix(q, params) @ N
 
     # ---------------------------------------------------------- the equations
+    @abc.abstractmethod
     def accelerations(self, t, q, u, params):
         """``(u_dot, lambda, info)``; ``lambda`` are the multipliers of eq. (10)."""
-        raise NotImplementedError
 
     def reactions(self, t, q, u, params):
         """Multipliers ``lambda`` (one per kept row) of eq. (10)."""
