@@ -5,13 +5,25 @@
 * jaxlib 0.10's XLA CPU fusion emitters make deep unrolled recursions compile to code whose
   run time grows exponentially with chain depth (seen with MJX); we switch them off unless
   the user already set ``XLA_FLAGS`` themselves. This only takes effect if it happens before
-  JAX initialises its CPU backend, which importing diffmb first guarantees.
+  JAX initialises its CPU backend, which importing diffmb first guarantees. Later jaxlibs
+  dropped the flag (XLA aborts on an unknown flag), so it is set for jaxlib 0.10 only.
 """
 
 import os
+from importlib import metadata
 
 _FLAG = "--xla_cpu_use_fusion_emitters=false"
-if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+
+
+def _jaxlib_minor():
+    try:
+        major, minor = metadata.version("jaxlib").split(".")[:2]
+        return int(major), int(minor)
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+if _jaxlib_minor() == (0, 10) and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
 import jax  # noqa: E402
