@@ -2,6 +2,7 @@
 tension-only strings, direct correction, energy, linearization, minimal-coordinate T-bar,
 builder validation, CLI."""
 
+import dataclasses
 import json
 
 import jax
@@ -14,7 +15,7 @@ from diffmb.cli import main
 from diffmb.formulations import tensegrity as tg
 from diffmb.formulations import tensegrity_linear as tl
 from diffmb.scenarios.tensegrity import (TBAR_BARS, TBAR_FIXED, TBAR_STRINGS, TBarMinimal,
-                                         ball_geometry, tbar_nodes)
+                                         ball_geometry, tbar_elastic, tbar_nodes)
 
 
 def tbar(**kw):
@@ -210,6 +211,13 @@ def test_minimal_realization_and_norms():
     A, B, _ = tl.minimal_realization(system, p, lin)
     peak = max(tl._sigma_max(A, B, np.eye(A.shape[0]), w) for w in np.logspace(-2, 4, 400))
     assert peak <= rep["hinf_norm"] * (1 + 1e-6)
+    # node forces -> deflections: the static gain C (-A)^-1 B is the compliance K_sys^-1 (Fig. 19)
+    q_eq = tl.equilibrium(system, p)[0]
+    B, C = tl.io_matrices(lin, p, "forces", "positions")
+    A, Bm, V = tl.minimal_realization(system, p, tl.linearize(system, p, q_eq), B)
+    Z = np.asarray(p["Z_lin"])
+    dc = Z.T @ (C @ V) @ np.linalg.solve(-A, Bm)
+    np.testing.assert_allclose(dc, np.linalg.inv(tl.stiffness(system, p, q_eq)), rtol=1e-6, atol=1e-12)
     # rigid, undamped T-bar: 2 degrees of freedom, purely imaginary poles, infinite norms
     rig = tl.linearize_report(*scenarios.get("tbar").make()[:2])
     assert rig["minimal_order"] == 4 and rig["h2_norm"] is None and rig["hinf_norm"] is None
@@ -287,9 +295,101 @@ def test_cli_linearize_and_bad_input(tmp_path, capsys):
     path = tmp_path / "lin.json"
     assert main(["linearize", "tbar-compressible", "--set", "material=aluminium", "--json", str(path)]) == 0
     obj = json.loads(path.read_text())
-    assert set(obj) >= {"A_shape", "eigenvalues", "h2_norm", "hinf_norm"}
+    assert set(obj) >= {"A_shape", "eigenvalues", "h2_norm", "hinf_norm", "compliance_eigenvalues"}
+    assert main(["linearize", "tbar-compressible", "--inputs", "forces", "--outputs", "positions",
+                 "--json", str(path)]) == 0
+    forces = json.loads(path.read_text())
+    assert (forces["inputs"], forces["outputs"]) == ("forces", "positions")
+    # force -> deflection at zero frequency is the compliance: Hinf >= the largest compliance
+    assert forces["hinf_norm"] >= forces["compliance_eigenvalues"][0] * (1 - 1e-6)
     assert main(["linearize", "pendulum"]) == 2
     assert main(["linearize", "tbar", "--set", "material=1"]) == 2
     err = capsys.readouterr().err
     assert "not a tensegrity scenario" in err and "no parameter 'material'" in err
     assert len([line for line in err.splitlines() if line]) == 2  # one line each
+
+
+# ------------------------------------------------------------------ compressible bars (section 3, Figs. 15, 19)
+def test_stiffness_matches_closed_form_and_compliance_is_string_dominated():
+    comp = {}
+    for mat in ("hdpe", "aluminium"):
+        system, p, _ = scenarios.get("tbar-compressible").make({"material": mat})
+        s = tg.make_structure(tbar_nodes(), TBAR_BARS, TBAR_STRINGS, fixed=TBAR_FIXED, bar_radius=0.05,
+                              bar_density=1.0, bar_E=np.asarray(p["bar_E"]), string_stiffness=np.asarray(p["string_K"]))
+        s = s.replace(string_rest=np.asarray(p["string_rest"]), bar_length=np.asarray(p["bar_length"]))
+        q_eq = tl.equilibrium(system, p)[0]
+        Z = np.asarray(p["Z_lin"])
+        np.testing.assert_allclose(tl.stiffness(system, p, q_eq), Z.T @ tg.closed_form_stiffness(s, q_eq) @ Z,
+                                   rtol=1e-10, atol=1e-8)
+        comp[mat] = tl.compliance_eigenvalues(system, p, q_eq)
+    # Fig. 19: the string-dominated compliances hardly depend on the bar material; the two
+    # bar-dominated ones scale with 1/E (68 GPa vs 1 GPa)
+    np.testing.assert_allclose(comp["hdpe"][:2], comp["aluminium"][:2], rtol=1e-3)
+    np.testing.assert_allclose(comp["hdpe"][2:] / comp["aluminium"][2:], 68.0, rtol=0.05)
+
+
+def test_compressible_bars_tend_to_rigid_bars():
+    """Fig. 15: stiff compressible bars follow the rigid T-bar, the difference ~ 1/E."""
+    rigid, p, v = scenarios.get("tbar").make({}, "none")
+    ts = np.linspace(0.0, 1.0, 101)
+    ref = np.asarray(simulate(rigid, params=p, t1=1.0, solver="dopri8", rtol=1e-12, atol=1e-12, saveat=ts).xs)[:, :12]
+    diff = []
+    for E in (2e10, 2e11):
+        tr = simulate(tbar_elastic(v, E=E), t1=1.0, solver="dopri8", rtol=1e-12, atol=1e-12, saveat=ts,
+                      max_steps=1 << 16)
+        assert tr.status == "success"
+        diff.append(float(np.max(np.abs(np.asarray(tr.xs)[:, :12] - ref))))
+    assert diff[1] < 3e-7  # the paper: "of the order of 1e-7" at 200 GPa
+    assert 7.0 < diff[0] / diff[1] < 14.0, diff
+
+
+@pytest.mark.slow
+def test_implicit_and_explicit_solvers_agree_on_compressible_tbar():
+    sc = scenarios.get("tbar-compressible")
+    system, p, _ = sc.make({"material": "hdpe"})
+    ts = np.linspace(0.0, 3.0, 301)
+    a = simulate(system, params=p, t1=3.0, solver="kvaerno5", rtol=1e-8, atol=1e-8, saveat=ts, max_steps=1 << 16)
+    b = simulate(system, params=p, t1=3.0, solver="dopri8", rtol=1e-8, atol=1e-8, saveat=ts, max_steps=1 << 16)
+    assert a.status == b.status == "success"
+    x3 = np.asarray(b["x3"])
+    assert np.ptp(x3) > 1e-2  # the doublet moves node 3
+    assert np.max(np.abs(np.asarray(a.xs)[:, :12] - np.asarray(b.xs)[:, :12])) < 2e-5
+
+
+# ------------------------------------------------------------------ differentiable, compiled once
+def test_gradient_through_corrected_run_matches_finite_differences():
+    system, p, _ = tbar()
+    K0 = p["string_K"]
+
+    def x3_final(scale):
+        tr = simulate(system, params={**p, "string_K": K0 * scale}, t1=1.0, solver="dopri5",
+                      rtol=1e-11, atol=1e-11, saveat=2)
+        return tr.xs[-1, 6]
+
+    g = float(jax.grad(x3_final)(1.0))
+    h = 1e-4
+    fd = (float(x3_final(1.0 + h)) - float(x3_final(1.0 - h))) / (2 * h)
+    assert abs(fd) > 1e-3
+    assert abs(g - fd) < 1e-5 * abs(fd), (g, fd)
+
+
+def test_new_numbers_do_not_recompile():
+    traces = []
+
+    class Counted(tg.TensegritySystem):
+        def vector_field(self, t, x, params):
+            traces.append(1)
+            return super().vector_field(t, x, params)
+
+    sc = scenarios.get("tbar-compressible")
+    builds = [sc.make({"material": m, "K": K})[:2] for m, K in (("hdpe", 100.0), ("aluminium", 80.0))]
+    runs = []
+    for system, p in builds:
+        counted = Counted.__new__(Counted)  # the same fields in a class of its own (fresh cache)
+        for f in dataclasses.fields(system):
+            object.__setattr__(counted, f.name, getattr(system, f.name))
+        runs.append(simulate(counted, params=p, t1=0.05, solver="dopri5", rtol=1e-6, atol=1e-6, saveat=3))
+        if len(runs) == 1:
+            n = len(traces)
+    assert n > 0 and len(traces) == n
+    assert not np.allclose(np.asarray(runs[0].xs[-1]), np.asarray(runs[1].xs[-1]))

@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     lz.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
                     help="override a scenario parameter (repeatable)")
     lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
+    lz.add_argument("--inputs", choices=("force_densities", "forces"), default="force_densities",
+                    help="norm inputs: string/bar force densities (the paper's B_u) or node forces (B_f)")
+    lz.add_argument("--outputs", choices=("state", "positions"), default="state",
+                    help="norm outputs: the whole state (the paper's y = x) or node positions")
     cli_design.add_parsers(sub)
     rc = sub.add_parser("reconfig", help="build a reconfiguration graph (UK scenarios)", description=(
         "Explore the reconfiguration graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV): "
@@ -464,7 +468,8 @@ def cmd_linearize(args) -> int:
         if not isinstance(system, TensegritySystem):
             raise UsageError(f"scenario {sc.name!r} is not a tensegrity scenario; linearize supports "
                              f"{', '.join(n for n in sorted(scenarios.REGISTRY) if 'tbar' in n or 'tensegrity' in n)}")
-        obj = {"scenario": sc.name, **linearize_report(system, params)}
+        obj = {"scenario": sc.name, **linearize_report(system, params, inputs=args.inputs,
+                                                         outputs=args.outputs)}
     except (ValueError, TypeError, UsageError) as e:
         return _fail(e)
     if args.json is not None:

@@ -910,3 +910,25 @@ def closed_form_constraints(s: Structure, q, qd):
         rows.append((2 * q @ X.T @ X)[None, :])
         xi2.append(np.array([2 * qd @ X.T @ X @ qd]))
     return np.concatenate(rows, axis=0), np.concatenate(xi2)
+
+
+def closed_form_stiffness(s: Structure, q, compressible=True) -> np.ndarray:
+    """``K_sys`` of section 3.2: ``sum_k sigma_k Y_k^T Y_k + K_k l_0k / |s_k|^3 (Y_k^T Y_k q)
+    (Y_k^T Y_k q)^T`` over taut strings, plus the same with ``Psi_j = K_bj (1 - l_0j / l_j)``,
+    ``K_bj = E A / l_0j``, over compressible bars (full coordinates)."""
+    q = np.asarray(q, float)
+    n = s.n_nodes
+    K = np.zeros((3 * n, 3 * n))
+    terms = [(s.strings, s.string_K, s.string_rest, True)]
+    if compressible:
+        terms.append((s.bars, s.bar_E * np.pi * s.bar_radius**2 / s.bar_length, s.bar_length, False))
+    for members, stiff, rest, tension_only in terms:
+        for k in range(len(members)):
+            X = _X(members, n, k)
+            XX = X.T @ X
+            L = np.linalg.norm(X @ q)
+            if tension_only and L <= rest[k]:
+                continue
+            v = XX @ q
+            K += stiff[k] * (1 - rest[k] / L) * XX + stiff[k] * rest[k] / L**3 * np.outer(v, v)
+    return K

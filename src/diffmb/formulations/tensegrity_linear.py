@@ -21,6 +21,9 @@ restricted to the null space of ``R_q`` at the equilibrium (there ``Q = 0`` sinc
 ``h2_norm`` solves the controllability Lyapunov equation; ``hinf_norm`` bisects on the
 imaginary-axis eigenvalues of the Hamiltonian matrix (Boyd-Balakrishnan). Both return
 ``inf`` for a system that is not asymptotically stable (e.g. no damping).
+
+``stiffness`` is ``K_sys`` of section 3.2 (the Hessian of ``V_s + V_b`` at the equilibrium,
+restricted to the free coordinates); its inverse is the compliance matrix of Fig. 19.
 """
 
 from __future__ import annotations
@@ -107,6 +110,42 @@ def linearize(system: TensegritySystem, params=None, q_eq=None):
     return out
 
 
+def stiffness(system: TensegritySystem, params, q_eq) -> np.ndarray:
+    """``K_sys`` (section 3.2: ``sum sigma_k Y_k^T Y_k + K_k l_0k / |s_k|^3 (...)`` plus the
+    bar terms) as the Hessian of the potential, in the free coordinates ``Z^T K Z``."""
+    Z = np.asarray(params["Z_lin"])
+    H = np.asarray(jax.jit(jax.hessian(system.potential))(jnp.asarray(q_eq), params))
+    return Z.T @ H @ Z
+
+
+def compliance_eigenvalues(system: TensegritySystem, params, q_eq) -> np.ndarray:
+    """Eigenvalues of the compliance matrix ``K_sys^-1`` (Fig. 19), largest first [m/N]."""
+    ev = np.linalg.eigvalsh(stiffness(system, params, q_eq))
+    if ev[0] <= 0:
+        raise ValueError(f"stiffness: K_sys is not positive definite at this equilibrium "
+                         f"(smallest eigenvalue {ev[0]:.3g}); the structure is not stable")
+    return np.sort(1.0 / ev)[::-1]
+
+
+INPUTS = ("force_densities", "forces")
+OUTPUTS = ("state", "positions")
+
+
+def io_matrices(lin: dict, params, inputs="force_densities", outputs="state"):
+    """``(B, C)`` on the full state ``x = [dq; dqd]``: ``inputs`` ``force_densities`` is the
+    paper's ``B_u`` (eq. 59: ``dsigma``, and ``dPsi`` for compressible bars), ``forces``
+    is ``B_f`` on every free coordinate; ``outputs`` ``state`` is the paper's ``y = x``,
+    ``positions`` is ``y = dq`` (the deflections of Fig. 18)."""
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs: expected one of {list(INPUTS)}, got {inputs!r}")
+    if outputs not in OUTPUTS:
+        raise ValueError(f"outputs: expected one of {list(OUTPUTS)}, got {outputs!r}")
+    B = lin["B_u"] if inputs == "force_densities" else lin["B_f"] @ np.asarray(params["Z_lin"])
+    n = lin["A"].shape[0]
+    C = np.eye(n) if outputs == "state" else np.eye(n)[: n // 2]
+    return B, C
+
+
 def _orth(M, tol):
     if M.size == 0:
         return np.zeros((M.shape[0], 0))
@@ -189,19 +228,28 @@ def hinf_norm(A, B, C=None, *, rtol=1e-6) -> float:
     return float(hi)
 
 
-def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=True) -> dict:
+def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=True,
+                     inputs="force_densities", outputs="state") -> dict:
     """What ``diffmb linearize`` writes: ``A_shape``, ``eigenvalues`` (of the minimal
     realization, ``[re, im]`` pairs), ``h2_norm``, ``hinf_norm`` (``None`` where infinite:
-    a system that is not asymptotically stable), plus ``minimal_order`` and
-    ``equilibrium_shift`` (how far the equilibrium lies from the initial nodes)."""
+    a system that is not asymptotically stable) for the chosen ``inputs``/``outputs``
+    (:func:`io_matrices`; the defaults are the paper's), plus ``minimal_order``,
+    ``equilibrium_shift`` (how far the equilibrium lies from the initial nodes) and
+    ``compliance_eigenvalues`` (Fig. 19; ``None`` if ``K_sys`` is not positive definite)."""
     if not isinstance(system, TensegritySystem):
         raise TypeError(f"linearize: expected a TensegritySystem, got {type(system).__name__}")
     params = system.default_params() if params is None else params
     q0 = params["q0"]
     q_eq = equilibrium(system, params)[0] if find_equilibrium else q0
     lin = linearize(system, params, q_eq)
-    A, B, _ = minimal_realization(system, params, lin)
-    h2, hinf = h2_norm(A, B), hinf_norm(A, B)
+    B_full, C_full = io_matrices(lin, params, inputs, outputs)
+    A, B, V = minimal_realization(system, params, lin, B_full)
+    C = C_full @ V
+    h2, hinf = h2_norm(A, B, C), hinf_norm(A, B, C)
+    try:
+        comp = [float(c) for c in compliance_eigenvalues(system, params, q_eq)]
+    except ValueError:
+        comp = None
     ev = np.linalg.eigvals(A)
     ev = ev[np.lexsort((ev.imag, ev.real))]
     fin = lambda v: None if not math.isfinite(v) else v  # noqa: E731
@@ -213,5 +261,6 @@ def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=
         "h2_norm": fin(h2),
         "hinf_norm": fin(hinf),
         "equilibrium_shift": float(np.max(np.abs(np.asarray(q_eq) - np.asarray(q0)))),
-        "inputs": "string and bar force densities (B_u, eq. 59); output y = x",
+        "inputs": inputs, "outputs": outputs,
+        "compliance_eigenvalues": comp,
     }
