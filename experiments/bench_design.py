@@ -137,7 +137,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=40, help="tuning iterations")
     ap.add_argument("--tune-t1", type=float, default=5.0, help="fold-3x3 tuning horizon [s]")
     ap.add_argument("--batch", type=int, default=1024)
-    ap.add_argument("--chunk", type=int, default=None, help="members per compiled call (default: diffmb.batch.DEFAULT_CHUNK)")
+    ap.add_argument("--chunk", type=int, default=None, help="members per compiled call (default: diffmb.batch.default_chunk)")
     ap.add_argument("--seq", type=int, default=8, help="sequential single runs timed")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_design.json")
     args = ap.parse_args(argv)

@@ -41,7 +41,7 @@ import numpy as np
 from diffmb import scenarios, simulate
 from diffmb.integrate import ProjectedSolver
 from diffmb.formulations import tensegrity_linear as tl
-from diffmb.scenarios.tensegrity import TBarMinimal, tbar_elastic
+from diffmb.scenarios.tensegrity import tbar_elastic, tbar_minimal_error
 
 OUT = Path(__file__).resolve().parent.parent / "out" / "bench_tensegrity.json"
 
@@ -156,19 +156,8 @@ def accuracy_200(repeats):
 
 
 def minimal_agreement():
-    sc = scenarios.get("tbar")
-    system, params, v = sc.make()
-    ts = np.linspace(0.0, 10.0, 1001)
-    tr = simulate(system, params=params, t1=10.0, solver="dopri5", rtol=1e-10, atol=1e-10, saveat=ts)
-    ref = TBarMinimal(v)
-    tm = simulate(ref, t1=10.0, solver="dopri8", rtol=1e-13, atol=1e-13, saveat=ts)
-    x3, z3 = ref.node3(tm.xs)
-    ours = max(float(np.max(np.abs(np.asarray(tr["x3"]) - np.asarray(x3)))),
-               float(np.max(np.abs(np.asarray(tr["z3"]) - np.asarray(z3)))))
-    tight = simulate(system, params=params, t1=10.0, solver="dopri5", rtol=1e-12, atol=1e-12, saveat=ts)
-    ours_tight = max(float(np.max(np.abs(np.asarray(tight["x3"]) - np.asarray(x3)))),
-                     float(np.max(np.abs(np.asarray(tight["z3"]) - np.asarray(z3)))))
-    return {"max_abs_node3_1e-10": ours, "max_abs_node3_1e-12": ours_tight}
+    return {"max_abs_node3_1e-10": tbar_minimal_error(10.0, 1e-10)[0],
+            "max_abs_node3_1e-12": tbar_minimal_error(10.0, 1e-12)[0]}
 
 
 def main():

@@ -257,3 +257,13 @@ def test_cli_fit_bad_data_file_exit_2(tmp_path, capsys):
     assert cli.main(["fit", "pendulum", "--data", str(p), "--params", "g"]) == 2
     err = capsys.readouterr().err
     assert "row 4, column 't'" in err and str(p) in err
+
+
+def test_default_chunk_follows_the_platform():
+    from types import SimpleNamespace
+
+    from diffmb.batch import ACCELERATOR_CHUNK, DEFAULT_CHUNK, default_chunk
+
+    cpu, gpu = SimpleNamespace(platform="cpu"), SimpleNamespace(platform="gpu")
+    assert default_chunk([cpu]) == DEFAULT_CHUNK
+    assert default_chunk([gpu, gpu]) == 2 * ACCELERATOR_CHUNK  # each GPU gets a full chunk

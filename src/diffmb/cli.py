@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="simulate a scenario", description=(
         "Simulate a scenario (defaults from the scenario; see `diffmb list`). Writes "
         "<out>/<scenario>.npz, .csv and plots; --json writes a summary."))
-    r.add_argument("scenario", metavar="SCENARIO")
+    cli_design.scenario_args(r)
     r.add_argument("--t1", type=float, metavar="S", help="end time [s]")
     r.add_argument("--dt", type=float, metavar="S",
                    help="step [s] (fixed-step solvers) or first step (adaptive)")
@@ -100,8 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
     r.add_argument("--stabilization", choices=STABILIZATIONS, default=None,
                    help="constraint stabilization (scenarios with loop closures; default: the scenario's)")
-    r.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
-                   help="override a scenario parameter (repeatable)")
     r.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
                    help=f"output folder (default: {DEFAULT_OUT})")
     r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON summary here")
@@ -115,9 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     lz = sub.add_parser("linearize", help="linearize a tensegrity scenario", description=(
         "Linearize a tensegrity scenario about its static equilibrium (Hsu et al. sections 2.5, "
         "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
-    lz.add_argument("scenario", metavar="SCENARIO")
-    lz.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
-                    help="override a scenario parameter (repeatable)")
+    cli_design.scenario_args(lz)
     lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
     lz.add_argument("--inputs", choices=("force_densities", "forces"), default="force_densities",
                     help="norm inputs: string/bar force densities (the paper's B_u) or node forces (B_f)")
@@ -127,9 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     rc = sub.add_parser("reconfig", help="build a reconfiguration graph (UK scenarios)", description=(
         "Explore the reconfiguration graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV): "
         "writes <out>/<scenario>.graphml and .png; --json writes {nodes, edges, graph_file}."))
-    rc.add_argument("scenario", metavar="SCENARIO")
-    rc.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
-                    help="override a scenario parameter (repeatable)")
+    cli_design.scenario_args(rc)
     rc.add_argument("--json", type=Path, metavar="PATH", help="write the graph as JSON here")
     rc.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
                     help=f"output folder (default: {DEFAULT_OUT})")

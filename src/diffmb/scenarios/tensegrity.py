@@ -156,6 +156,24 @@ class TBarMinimal(System):
         return self.l * jnp.cos(xs[..., 0]), self.l * jnp.sin(xs[..., 0])
 
 
+def tbar_minimal_error(t1, rtol, *, samples=1001, reference_rtol=1e-13):
+    """Fig. 2: the largest node-3 difference [m] between the rigid ``tbar`` (dopri5 at
+    ``rtol``, direct + energy correction) and :class:`TBarMinimal` (dopri8 at
+    ``reference_rtol``) at ``samples`` times over ``[0, t1]``; also returns node 3's x range
+    (how far the T-bar swings)."""
+    from .. import simulate
+    from . import get
+
+    system, params, v = get("tbar").make()
+    ts = np.linspace(0.0, t1, samples)
+    tr = simulate(system, params=params, t1=t1, solver="dopri5", rtol=rtol, atol=rtol, saveat=ts)
+    ref = TBarMinimal(v)
+    tm = simulate(ref, t1=t1, solver="dopri8", rtol=reference_rtol, atol=reference_rtol, saveat=ts)
+    x3, z3 = (np.asarray(a) for a in ref.node3(tm.xs))
+    err = max(float(np.max(np.abs(np.asarray(tr["x3"]) - x3))), float(np.max(np.abs(np.asarray(tr["z3"]) - z3))))
+    return err, float(np.ptp(x3))
+
+
 # --------------------------------------------------------------------------- arm
 def arm_geometry(L=1.0):
     vz, vx = L * math.sin(math.pi / 4), L * math.cos(math.pi / 4)
