@@ -194,12 +194,16 @@ SHARD_SCRIPT = textwrap.dedent("""
     system, params = scenario_batch(sc, members, "baumgarte")
     one = sweep(system, params, t1=0.5, dt=1e-2)
     four = sweep(system, params, t1=0.5, dt=1e-2, devices="all")
+    # equal to round-off: XLA may compile the sharded program differently (bit-identical on
+    # jaxlib 0.10; on 0.11 the energy drift and violation differ by ~1e-15)
     print(json.dumps({"devices": four.devices,
-                      "same": all(np.array_equal(one.table[k], four.table[k]) for k in one.table)}))
+                      "same": all(np.allclose(one.table[k], four.table[k], rtol=1e-10, atol=1e-13, equal_nan=True)
+                                  for k in one.table)}))
 """)
 
 
 def test_sharded_sweep_equals_unsharded():
+    """A batch sharded over 4 host devices gives the unsharded results."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", SHARD_SCRIPT], capture_output=True, text=True, env=env,
                        timeout=600)
