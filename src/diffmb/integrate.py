@@ -323,7 +323,8 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         controller = dfx.ConstantStepSize()
     else:
         controller = dfx.PIDController(
-            rtol=run.rtol, atol=run.atol, dtmin=(t1 - t0) * 1e-13, force_dtmin=False
+            rtol=run.rtol, atol=run.atol, dtmin=(t1 - t0) * 1e-13, force_dtmin=False,
+            jump_ts=system.jump_times(params),
         )
 
     def vf(t, x, p):

@@ -8,7 +8,9 @@ Every formulation in diffmb compiles down to a :class:`System` (see ``DESIGN.md`
 ``project(x, params)``        post-step manifold correction (identity by default);
 ``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
 ``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
-``coordinate_names``          the position-level subset of ``state_names``.
+``coordinate_names``          the position-level subset of ``state_names``;
+``jump_times(params)``        times where ``vector_field`` jumps (discontinuous forcing), or
+                              ``None``: adaptive solvers step exactly to them.
 
 ``simulate`` (:mod:`diffmb.integrate`) knows nothing else about a System. Static structure
 lives in the System's static fields; every number lives in ``params``, so new numbers
@@ -71,6 +73,14 @@ class System(eqx.Module):
     def violation(self, x, params) -> dict:
         """Constraint violation ``{"position": ..., "velocity": ...}``; empty when unconstrained."""
         return {}
+
+    def jump_times(self, params):
+        """Times where :meth:`vector_field` is discontinuous in ``t`` (a 1-D array), or
+        ``None``. Adaptive solvers then end a step just before each and start the next just
+        after, so no step straddles a jump: the run is cheaper (no rejected steps homing in
+        on it) and its parameter gradients are those of the true solution (a straddling step
+        differentiates a local error the controller cannot see)."""
+        return None
 
 
 STABILIZATIONS = ("none", "baumgarte", "projection")

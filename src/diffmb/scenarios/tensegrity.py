@@ -31,7 +31,10 @@ The paper shows the geometry only as figures; we take it from the authors' publi
 :func:`tbar_elastic` is ``tbar`` with compressible bars of a given Young's modulus (Fig. 15).
 
 ``--stabilization projection`` turns on the direct correction (Algorithm 1) and
-``--set energy_correction=0|1`` its energy row; ``--set gamma=...`` the threshold.
+``--set energy_correction=0|1`` its energy row; ``--set gamma=...`` the threshold;
+``--set slack_width=W`` (m, default 0: the paper's hard switch) smooths the strings'
+slack/taut switch over about ``W`` so gradients through slackening strings are exact
+(:func:`~diffmb.formulations.tensegrity.taut_stretch`).
 :class:`TBarMinimal` is the hand-derived two-angle model of the rigid T-bar (Fig. 2).
 """
 
@@ -62,7 +65,7 @@ def _switch(v, key):
 def _system(structure, v, stabilization, **kw):
     return tg.TensegritySystem(structure, stabilization=stabilization,
                                energy_correction=_switch(v, "energy_correction"),
-                               gamma=v["gamma"], **kw)
+                               gamma=v["gamma"], slack_width=v["slack_width"], **kw)
 
 
 # --------------------------------------------------------------------------- T-bar
@@ -273,7 +276,7 @@ def tbar_elastic(v, E=200e9, nu=0.3, stabilization="none"):
     return _system(s, v, stabilization, compressible=True)
 
 
-_CORR = {"energy_correction": 1.0, "gamma": 1e-12}
+_CORR = {"energy_correction": 1.0, "gamma": 1e-12, "slack_width": 0.0}
 
 register(Scenario(
     name="tbar",
