@@ -389,6 +389,7 @@ def test_new_numbers_do_not_recompile():
     assert not np.allclose(np.asarray(runs[0].xs[-1]), np.asarray(runs[1].xs[-1]))
 
 
+@pytest.mark.slow
 def test_smoothed_slack_switch_gives_exact_gradients():
     """Strings go slack under the doublet; with the switch smoothed over 1 mm the run moves
     by < 1e-5 m and its gradient matches finite differences of itself to 1e-6 and those
