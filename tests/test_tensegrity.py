@@ -301,6 +301,8 @@ def test_cli_linearize_and_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not a tensegrity scenario" in err and "no parameter 'material'" in err
     assert len([line for line in err.splitlines() if line]) == 2  # one line each
+    assert main(["linearize", "tbar-compressible", "--inputs", "forcez"]) == 2
+    assert "inputs: expected one of" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ compressible bars (section 3, Figs. 15, 19)

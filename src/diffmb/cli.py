@@ -115,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
         "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
     cli_design.scenario_args(lz)
     lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
-    lz.add_argument("--inputs", choices=("force_densities", "forces"), default="force_densities",
+    # checked by tensegrity_linear.io_matrices (one list of names; an unknown one exits 2)
+    lz.add_argument("--inputs", default="force_densities", metavar="force_densities|forces",
                     help="norm inputs: string/bar force densities (the paper's B_u) or node forces (B_f)")
-    lz.add_argument("--outputs", choices=("state", "positions"), default="state",
+    lz.add_argument("--outputs", default="state", metavar="state|positions",
                     help="norm outputs: the whole state (the paper's y = x) or node positions")
     cli_design.add_parsers(sub)
     rc = sub.add_parser("reconfig", help="build a reconfiguration graph (UK scenarios)", description=(
