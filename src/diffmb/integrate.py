@@ -21,6 +21,7 @@ traced, so new numbers never recompile.
 from __future__ import annotations
 
 import math
+import time
 from typing import ClassVar
 
 import diffrax as dfx
@@ -199,6 +200,7 @@ def simulate(
     progress: bool = False,
     max_violation: float | None = None,
     adjoint: str = "checkpoint",
+    _compile_only: bool = False,
 ) -> Trajectory:
     """Integrate ``system`` from ``t0`` to ``t1`` and return a :class:`Trajectory`.
 
@@ -267,17 +269,24 @@ def simulate(
         events=events,
     )
     _adjoint(adjoint)  # validate before tracing
-    return _solve(
-        run,
-        system,
-        params,
-        x0,
-        jnp.asarray(t0f, dtype),
-        jnp.asarray(t1f, dtype),
-        dt0,
-        jnp.asarray(ts, dtype),
-        jnp.asarray(np.inf if max_violation is None else max_violation, dtype),
-    )
+    args = (run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
+            jnp.asarray(ts, dtype),
+            jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
+    if _compile_only:
+        start = time.perf_counter()
+        compiled = _solve.lower(*args).compile()
+        return (lambda: compiled(*args)), time.perf_counter() - start
+    return _solve(*args)
+
+
+def compile_simulation(system: System, **kwargs):
+    """Compile :func:`simulate` ahead of time (trace, lower, XLA compile) without running it.
+
+    Returns ``(run, seconds)``: ``run()`` performs the simulation with the arguments given
+    here and returns the :class:`~diffmb.trajectory.Trajectory`; ``seconds`` is the
+    compile time, measured on its own instead of as a first call minus a second one.
+    """
+    return simulate(system, _compile_only=True, **kwargs)
 
 
 class RunSettings(eqx.Module):

@@ -27,11 +27,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import aba, crba, rnea, tree
+from . import closures as cl
+from . import constraint_solve as solve
 from . import constraints as cs
 from . import joints as jt
 from . import spatial as sp
-from . import tree, treesweep
+from .kinematics import kinematics
 from .model import Model
+
+#: Trees with at most this many velocity coordinates use CRBA + Cholesky by default.
+DENSE_MAX_NV = 64
 
 
 class System(eqx.Module):
@@ -164,22 +170,25 @@ class TreeSystem(System):
         return tau
 
     def accelerations(self, t, x, params):
-        """``(qdd, lambda)``; ``lambda`` is empty without closures."""
+        """``(qdd, lambda)``; ``lambda`` (on the kept closure rows) is empty without closures."""
         model = params["model"]
         q, qd = self.split(x)
+        ws = kinematics(model, q, qd)
         tau = self.generalized_force(t, q, qd, params)
         if self.closures is None:
             if self._dense:
-                M = tree.mass_matrix(model, q)
-                rhs = tau - tree.bias_forces(model, q, qd)
+                M = crba.mass_matrix(model, ws)
+                rhs = tau - rnea.bias_forces(model, ws)
                 qdd = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
             else:
-                qdd = tree.forward_dynamics(model, q, qd, tau)
+                qdd = aba.forward_dynamics(model, ws, tau)
             return qdd, jnp.zeros(0, q.dtype)
         gains = None
         if self.stabilization == "baumgarte":
             gains = (params["baumgarte"]["a"], params["baumgarte"]["b"])
-        return cs.constrained_acceleration(model, q, qd, tau, params["closures"], gains)
+        nodes = params["closures"]
+        qdd, lam = cs.constrained_dynamics(model, ws, tau, nodes, gains)
+        return qdd, lam.reshape(-1)[np.asarray(nodes.rows)]
 
     def vector_field(self, t, x, params):
         # Solvers trace the vector field several times (stage loop, checkpointing, dense
@@ -193,14 +202,11 @@ class TreeSystem(System):
 
     @property
     def _dense(self) -> bool:
-        """CRBA + Cholesky instead of the ABA for one trajectory of a small tree.
-
-        Measured single-call cost (16-body chain): 33 us dense vs 169 us for the
-        batch-oriented scan ABA; batched (vmap over 256 states) the ABA wins, 5.9 vs
-        20.9 us per state. ``dynamics="aba"`` forces the ABA (batch sweeps).
-        """
+        """CRBA + Cholesky instead of the ABA (one trajectory of a tree of moderate size:
+        a few large kernels beat the ABA's level-by-level sweep); ``dynamics="aba"``
+        forces the ABA (vmapped batch sweeps), ``"dense"`` the CRBA."""
         if self.dynamics == "auto":
-            return treesweep.UNROLL_MAX < self.model.n_bodies and self.model.nv <= 32
+            return self.model.nv <= DENSE_MAX_NV
         return self.dynamics == "dense"
 
     @property
@@ -231,9 +237,10 @@ class TreeSystem(System):
             return {}
         model, nodes = params["model"], params["closures"]
         q, qd = self.split(x)
-        rows = cs.row_index(nodes.closures)
-        phi = cs.position_residual(model, q, nodes).reshape(-1)[rows]
-        w = cs.relative_velocity(model, q, qd, nodes).reshape(-1)[rows]
+        ws = kinematics(model, q, qd)
+        rows = np.asarray(nodes.rows)
+        phi = cl.residual(ws, nodes).reshape(-1)[rows]
+        w = cl.velocity(ws, nodes).reshape(-1)[rows]
         return {"position": jnp.max(jnp.abs(phi)), "velocity": jnp.max(jnp.abs(w))}
 
     def constraint_wrenches(self, t, x, params):
@@ -246,20 +253,21 @@ class TreeSystem(System):
     def diagnostics(self, x, params):
         model = params["model"]
         q, qd = self.split(x)
-        out = {"energy": tree.energy(model, q, qd)}
+        ws = kinematics(model, q, qd)
+        out = {"energy": tree.kinetic_energy_ws(ws) + tree.potential_energy_ws(model, ws, q)}
         if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
             out["energy"] = out["energy"] + self.potential_fn(q, params["forcing"])
         if model.floating_base:
-            lin, ang = tree.momentum(model, q, qd)
+            lin, ang = tree.momentum_ws(model, ws)
             out["angular_momentum"] = ang
             out["linear_momentum"] = lin
         if self.closures is not None:
-            rows = cs.row_index(params["closures"].closures)
-            w = cs.relative_velocity(model, q, qd, params["closures"]).reshape(-1)[rows]
+            nodes = params["closures"]
+            rows = np.asarray(nodes.rows)
+            w = cl.velocity(ws, nodes).reshape(-1)[rows]
             out["phidot_sq"] = jnp.dot(w, w)  # the paper's Phi_dot^T Phi_dot (Figs. 11, 17)
-            G = cs.jacobian(model, q, params["closures"])
-            Y = jax.vmap(lambda g: cs.mass_solve(model, q, g))(G)
-            out["closure_rank"] = cs.numerical_rank(G @ Y.T)
+            M = crba.mass_matrix(model, ws)
+            out["closure_rank"] = solve.numerical_rank(M, cs.blocks(ws, nodes, model.nv))
         return out
 
     @property
@@ -282,13 +290,12 @@ def _restore_momentum(model, q, qd, target):
     Correcting positions at fixed ``qd`` changes the momentum slightly (the Jacobians
     move); a uniform spatial velocity added to the free root moves every body rigidly, so
     it keeps the closures' velocity constraints and, solved against the system's
-    composite inertia (the root block of ``M``), puts back exactly the momentum the
-    free-flying system had before the projection.
+    composite inertia, puts back exactly the momentum the free-flying system had before
+    the projection.
     """
-    dcm, pos = tree.forward_kinematics(model, q)
-    E, r = dcm[0], pos[0]
-    dh = target - tree.spatial_momentum(model, q, qd)  # world axes, about the world origin
-    dh_root = jnp.concatenate([sp.mv(E, dh[:3] - sp.cross(r, dh[3:])), sp.mv(E, dh[3:])])
-    Ic = tree.mass_matrix(model, q)[:6, :6]
+    ws = kinematics(model, q, qd)
+    dh = target - tree.spatial_momentum_ws(ws)       # world axes, about the world origin
+    Ic = jnp.sum(ws.inertia, 0)                       # the whole system, world origin
+    dv = jnp.linalg.solve(Ic, dh)                     # rigid velocity, world-origin coords
     s, e = model.body_slices[0]
-    return qd.at[s:e].add(jnp.linalg.solve(Ic, dh_root))
+    return qd.at[s:e].add(sp.xform_motion(ws.rot[0], ws.pos[0], dv))

@@ -1,10 +1,10 @@
 """Tree algorithms: kinematics, ABA, RNEA, CRBA, energy and momentum.
 
-These are the recursive algorithms of Featherstone (*Rigid Body Dynamics Algorithms*,
-2008, tables 5.1, 6.2, 7.1) written as small per-body functions run by one sweep over
-the static topology (:mod:`diffmb.treesweep`). In the notation of Fulton & Schaub
-(section 2.2): a base-to-tip sweep for velocities and Coriolis terms, a tip-to-base sweep
-for articulated-body inertias and corrections, a base-to-tip sweep for accelerations.
+The public entry points of the recursive algorithms of Featherstone (*Rigid Body
+Dynamics Algorithms*, 2008, tables 5.1, 6.2, 7.1). Each evaluates the kinematics
+workspace once (:func:`diffmb.kinematics.kinematics`) and hands it to the algorithm:
+:mod:`diffmb.aba`, :mod:`diffmb.rnea`, :mod:`diffmb.crba`. None loops over bodies in
+Python, so the compile time does not grow with the tree (:mod:`diffmb.treescan`).
 
 Public conventions (see :mod:`diffmb.model`): ``q``, ``qd``, ``qdd`` and ``tau`` in the
 public joint order; a free root has ``q = [sigma; p]`` and ``qd = [omega; v]`` in body
@@ -18,11 +18,14 @@ All functions take one state; ``jax.vmap`` batches them over states and/or model
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
+from . import aba, crba, rnea
 from . import joints as jt
 from . import spatial as sp
-from . import treesweep
+from .kinematics import body_velocities, joint_placements, kinematics
+from .layout import layout
 from .model import Model
 
 
@@ -48,51 +51,13 @@ def _fext(model: Model, f_ext):
     return f_ext
 
 
-def _block(model: Model, x, i):
-    s, e = model.body_slices[i]
-    return x[s:e]
-
-
-def _scatter(model: Model, blocks):
-    """Assemble per-body blocks into a public-order vector."""
-    order = sorted(range(model.n_bodies), key=lambda i: model.body_slices[i][0])
-    return jnp.concatenate([blocks[i] for i in order])
-
-
 # ------------------------------------------------------------------------ kinematics
 
 
 def joint_transforms(model: Model, q):
     """Per body ``(E, r)``: motion transform parent -> body (joint placement x joint)."""
-    out = []
-    for i, kind in enumerate(model.joint_kinds):
-        EJ, rJ = jt.transform(kind, model.axis[i], model.axis2[i], _block(model, q, i))
-        out.append(sp.xform_compose(EJ, rJ, model.tree_rot[i], model.tree_pos[i]))
-    return out
-
-
-def _velocities(model: Model, q, qd, X):
-    """Body spatial velocities (body coords) and the velocity-product terms ``c_i``."""
-    v, c, vJ = [], [], []
-    for i, kind in enumerate(model.joint_kinds):
-        qi, qdi = _block(model, q, i), _block(model, qd, i)
-        vj = jt.motion(kind, model.axis[i], model.axis2[i], qi, qdi)
-        p = model.parents[i]
-        vi = vj if p < 0 else sp.xform_motion(*X[i], v[p]) + vj
-        ci = jt.bias(kind, model.axis[i], model.axis2[i], qi, qdi) + sp.cross_motion(vi, vj)
-        v.append(vi)
-        c.append(ci)
-        vJ.append(vj)
-    return v, c
-
-
-def world_transforms(model: Model, q):
-    """Per body ``(E, r)`` world -> body: ``E = [body world]``, ``r`` = origin in world."""
-    X = joint_transforms(model, q)
-    out = []
-    for i, p in enumerate(model.parents):
-        out.append(X[i] if p < 0 else sp.xform_compose(*X[i], *out[p]))
-    return out
+    E, r, _ = joint_placements(model, _vec(model, q, "q"))
+    return E, r
 
 
 def forward_kinematics(model: Model, q, qd=None):
@@ -103,14 +68,11 @@ def forward_kinematics(model: Model, q, qd=None):
     body spatial velocities ``[omega; v]`` in body coordinates.
     """
     q = _vec(model, q, "q")
-    Xw = world_transforms(model, q)
-    dcm = jnp.stack([x[0] for x in Xw])
-    pos = jnp.stack([x[1] for x in Xw])
     if qd is None:
-        return dcm, pos
-    qd = _vec(model, qd, "qd")
-    v, _ = _velocities(model, q, qd, joint_transforms(model, q))
-    return dcm, pos, jnp.stack(v)
+        ws = kinematics(model, q)
+        return ws.rot, ws.pos
+    ws = kinematics(model, q, _vec(model, qd, "qd"))
+    return ws.rot, ws.pos, body_velocities(ws)
 
 
 def frame_pose(model: Model, q, name: str):
@@ -132,104 +94,54 @@ def frame_pose(model: Model, q, name: str):
 def coordinate_rates(model: Model, q, qd):
     """``q_dot`` from ``qd`` (identity except MRP joints, Fulton & Schaub eqs. 3-4)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
-    blocks = [
-        jt.qdot(kind, _block(model, q, i), _block(model, qd, i))
-        for i, kind in enumerate(model.joint_kinds)
-    ]
-    return _scatter(model, blocks)
+    out = qd
+    for kind, bodies, qidx in layout(model).groups:
+        if kind in jt.MRP_KINDS:
+            rates = jax.vmap(lambda a, b, k=kind: jt.qdot(k, a, b))(q[qidx], qd[qidx])
+            out = out.at[qidx.reshape(-1)].set(rates.reshape(-1))
+    return out
 
 
-# ---------------------------------------------------------------------------- ABA
+# ---------------------------------------------------------------------------- dynamics
+
+BACKENDS = ("aba", "crba")
 
 
-def _gravity_accel(model: Model):
-    return jnp.concatenate([jnp.zeros(3, model.gravity.dtype), -model.gravity])
-
-
-def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "auto"):
-    """Articulated-body algorithm (Featherstone table 7.1; Jain's ABFD): ``qdd``, O(n).
-
-    ``tau`` is the total generalized force (add :func:`joint_forces` for springs and
-    dampers). Never forms the mass matrix.
-
-    ``backend`` picks the sweep (:mod:`diffmb.treesweep`): ``"unroll"`` (Python loop over
-    bodies, fastest run time), ``"scan"`` (``lax.scan`` over runs of same-kind bodies,
-    flat compile time) or ``"auto"`` (unroll up to ``treesweep.UNROLL_MAX`` bodies).
-    All give the same result to rounding.
+def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "aba"):
+    """Forward dynamics ``qdd``: the articulated-body algorithm (Featherstone table 7.1;
+    Jain's ABFD), O(n), never forming the mass matrix (``backend="aba"``), or the mass
+    matrix and its Cholesky factor (``backend="crba"``: O(n^3) but fewer, larger kernels,
+    cheaper for one state of a small tree). ``tau`` is the total generalized force (add
+    :func:`joint_forces` for springs and dampers).
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     q, qd, tau = _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, tau, "tau")
     f_ext = _fext(model, f_ext)
-    return treesweep.aba(model, q, qd, tau, f_ext, backend=backend)
-
-
-# --------------------------------------------------------------------------- RNEA
+    ws = kinematics(model, q, qd)
+    if backend == "aba":
+        return aba.forward_dynamics(model, ws, tau, f_ext)
+    M = crba.mass_matrix(model, ws)
+    rhs = tau - rnea.bias_forces(model, ws, f_ext)
+    return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
 
 
 def inverse_dynamics(model: Model, q, qd, qdd, f_ext=None):
     """Recursive Newton-Euler (Featherstone table 5.1): ``tau`` for given ``qdd``."""
     q, qd, qdd = _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, qdd, "qdd")
-    f_ext = _fext(model, f_ext)
-    N = model.n_bodies
-    X = joint_transforms(model, q)
-    v, c = _velocities(model, q, qd, X)
-    Ib = model.spatial_inertias()
-    a0 = _gravity_accel(model)
-    a, f = [None] * N, [None] * N
-    for i in range(N):
-        p = model.parents[i]
-        kind = model.joint_kinds[i]
-        qi = _block(model, q, i)
-        aJ = jt.motion(kind, model.axis[i], model.axis2[i], qi, _block(model, qdd, i))
-        a[i] = sp.xform_motion(*X[i], a0 if p < 0 else a[p]) + aJ + c[i]
-        fi = sp.mv(Ib[i], a[i]) + sp.cross_force(v[i], sp.mv(Ib[i], v[i]))
-        f[i] = fi if f_ext is None else fi - f_ext[i]
-    tau = [None] * N
-    for i in reversed(range(N)):
-        kind = model.joint_kinds[i]
-        tau[i] = jt.project_force(kind, model.axis[i], model.axis2[i], _block(model, q, i), f[i])
-        p = model.parents[i]
-        if p >= 0:
-            f[p] = f[p] + sp.xform_force_T(*X[i], f[i])
-    return _scatter(model, tau)
+    return rnea.inverse_dynamics(model, kinematics(model, q, qd), qdd, _fext(model, f_ext))
 
 
 def bias_forces(model: Model, q, qd, f_ext=None):
     """``C(q, qd)`` of eq. (8): Coriolis, centrifugal, gravity (and ``-f_ext``) terms."""
-    return inverse_dynamics(model, q, qd, jnp.zeros_like(jnp.asarray(qd)), f_ext)
-
-
-# --------------------------------------------------------------------------- CRBA
+    q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
+    return rnea.bias_forces(model, kinematics(model, q, qd), _fext(model, f_ext))
 
 
 def mass_matrix(model: Model, q):
     """Composite-rigid-body algorithm (Featherstone table 6.2): ``M(q)``, public order."""
     q = _vec(model, q, "q")
-    N = model.n_bodies
-    X = joint_transforms(model, q)
-    Ic = [I for I in model.spatial_inertias()]
-    for i in reversed(range(N)):
-        p = model.parents[i]
-        if p >= 0:
-            Ic[p] = Ic[p] + sp.inertia_to_parent(*X[i], Ic[i])
-    S = [
-        jt.subspace(k, model.axis[i], model.axis2[i], _block(model, q, i))
-        for i, k in enumerate(model.joint_kinds)
-    ]
-    M = jnp.zeros((model.nq, model.nq), q.dtype)
-    sl = model.body_slices
-    for i in range(N):
-        F = sp.mm(Ic[i], S[i])
-        si, ei = sl[i]
-        M = M.at[si:ei, si:ei].set(sp.mm(S[i].T, F))
-        j = i
-        while model.parents[j] >= 0:
-            F = sp.mm(sp.xform_matrix(*X[j]).T, F)
-            j = model.parents[j]
-            sj, ej = sl[j]
-            blk = sp.mm(S[j].T, F)
-            M = M.at[sj:ej, si:ei].set(blk)
-            M = M.at[si:ei, sj:ej].set(blk.T)
-    return M
+    return crba.mass_matrix(model, kinematics(model, q))
 
 
 # --------------------------------------------------------------- energy, momentum
@@ -241,41 +153,63 @@ def joint_forces(model: Model, q, qd):
     return -model.stiffness * (q - model.rest) - model.damping * qd
 
 
-def kinetic_energy(model: Model, q, qd):
-    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12)."""
-    _, _, v = forward_kinematics(model, q, qd)
-    Ib = model.spatial_inertias()
-    return 0.5 * jnp.sum(v * sp.mv(Ib, v))
+def kinetic_energy_ws(ws):
+    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12) from a workspace."""
+    return 0.5 * jnp.sum(ws.vel * sp.mv(ws.inertia, ws.vel))
 
 
-def potential_energy(model: Model, q):
-    """Gravity plus joint-spring energy ``1/2 K (q - rest)^2`` (eq. 13)."""
-    q = _vec(model, q, "q")
-    dcm, pos = forward_kinematics(model, q)
-    com_w = pos + sp.mtv(dcm, model.com)
+def potential_energy_ws(model: Model, ws, q):
+    """Gravity plus joint-spring energy ``1/2 K (q - rest)^2`` (eq. 13) from a workspace."""
+    com_w = ws.pos + sp.mtv(ws.rot, model.com)
     grav = -jnp.sum(model.mass * (com_w @ model.gravity))
     spring = 0.5 * jnp.sum(model.stiffness * (q - model.rest) ** 2)
     return grav + spring
 
 
+def kinetic_energy(model: Model, q, qd):
+    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12)."""
+    q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
+    return kinetic_energy_ws(kinematics(model, q, qd))
+
+
+def potential_energy(model: Model, q):
+    """Gravity plus joint-spring energy ``1/2 K (q - rest)^2`` (eq. 13)."""
+    q = _vec(model, q, "q")
+    return potential_energy_ws(model, kinematics(model, q), q)
+
+
 def energy(model: Model, q, qd):
     """Total mechanical energy (eq. 14)."""
-    return kinetic_energy(model, q, qd) + potential_energy(model, q)
+    q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
+    ws = kinematics(model, q, qd)
+    return kinetic_energy_ws(ws) + potential_energy_ws(model, ws, q)
+
+
+def center_of_mass_ws(model: Model, ws):
+    com_w = ws.pos + sp.mtv(ws.rot, model.com)
+    return jnp.sum(model.mass[:, None] * com_w, 0) / jnp.sum(model.mass)
 
 
 def center_of_mass(model: Model, q):
     """System centre of mass in world coordinates."""
-    dcm, pos = forward_kinematics(model, q)
-    com_w = pos + sp.mtv(dcm, model.com)
-    return jnp.sum(model.mass[:, None] * com_w, 0) / jnp.sum(model.mass)
+    return center_of_mass_ws(model, kinematics(model, _vec(model, q, "q")))
+
+
+def spatial_momentum_ws(ws):
+    """Total spatial momentum ``[angular about the world origin; linear]`` from a workspace."""
+    return jnp.sum(sp.mv(ws.inertia, ws.vel), 0)
 
 
 def spatial_momentum(model: Model, q, qd):
     """Total spatial momentum ``[angular about the world origin; linear]``, world axes."""
-    dcm, pos, v = forward_kinematics(model, q, qd)
-    Ib = model.spatial_inertias()
-    h_body = sp.mv(Ib, v)  # about each body origin, body axes
-    return jnp.sum(sp.xform_force_T(dcm, pos, h_body), 0)
+    q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
+    return spatial_momentum_ws(kinematics(model, q, qd))
+
+
+def momentum_ws(model: Model, ws):
+    total = spatial_momentum_ws(ws)
+    lin, ang_o = total[3:], total[:3]
+    return lin, ang_o - sp.cross(center_of_mass_ws(model, ws), lin)
 
 
 def momentum(model: Model, q, qd):
@@ -284,7 +218,5 @@ def momentum(model: Model, q, qd):
     Fulton & Schaub eqs. (16)-(17): ``h = sum_k J(c_k) w(k) + m(k) p(c_sys, c_k) x v(c_k)``.
     Returns ``(linear (3,), angular (3,))``.
     """
-    total = spatial_momentum(model, q, qd)
-    lin, ang_o = total[3:], total[:3]
-    c = center_of_mass(model, q)
-    return lin, ang_o - sp.cross(c, lin)
+    q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
+    return momentum_ws(model, kinematics(model, q, qd))

@@ -12,8 +12,11 @@ frame: the position-level closure ``Phi(q) = 0`` (eq. 8 for the slider-crank).
 Both forms share the state ``x = [q; u]`` (plus an optional mission ``clock``), the
 generalized inertia forces from the tree algorithms — ``M(q)`` by the CRBA and ``nl(q, u)``
 by the RNEA with zero accelerations, so ``F* = -M u_dot - nl`` (eq. 3) — and the
-velocity-level closure ``C(q) u = beta = 0`` (eq. 12), with ``C`` the forward-mode
-autodiff Jacobian of ``Phi`` along the coordinate rates.
+velocity-level closure ``C(q) u = beta = 0`` (eq. 12). Both are read from one kinematics
+workspace of the forest per evaluation and the closure layer shared with the
+tree-augmented systems (:mod:`diffmb.closures`): the rows of ``C`` are the two nodes'
+Jacobian columns along their tree paths, and ``C_dot u`` comes from the bias
+accelerations; nothing is differentiated through the kinematics.
 
 :class:`KaneSystem` (eqs. 1-6, 13)
     The speeds are partitioned into ``p`` independent ``u_I`` and ``n - p`` dependent
@@ -23,7 +26,7 @@ autodiff Jacobian of ``Phi`` along the coordinate rates.
     ``b = 0`` for cut joints), ``A1 = [-A  I]``, ``A2 = [I  A^T]`` and
     ``T u_dot = [A_dot u_I; A2 (F - nl)]`` with ``T = [A1; A2 M]`` (eq. 6), solved by LU.
     No multipliers appear. ``A_dot u_I = -C_D^-1 C_dot [u_I; A u_I]`` is obtained exactly
-    by a nested forward-mode derivative, evaluated with the state's ``u`` in place of
+    from the workspace's velocity-product accelerations, evaluated with the state's ``u`` in place of
     ``[u_I; A u_I]`` (the same on ``C u = 0``): then the first block row reads
     ``C u_dot = -C_dot u`` and the second ``N^T (M u_dot + nl - F) = 0`` with
     ``N = [I; A]`` spanning the null space of ``C``, so ``u_dot`` is independent of the
@@ -85,10 +88,13 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
+from .. import closures as cl
+from .. import crba, rnea, tree
 from .. import joints as jt
 from .. import spatial as sp
-from .. import tree
-from ..constraints import ROW_NAMES, closure_rows, independent_rows
+from ..closures import ROW_NAMES, Closure, LoopClosures, closure_rows, independent_rows
+from ..kinematics import Kinematics, kinematics
+from ..layout import layout
 from ..model import Model
 from ..system import System
 
@@ -189,10 +195,23 @@ def _as_models(models) -> tuple:
     return models
 
 
-def _vee_error(C):
-    """``1/2 vee(C^T - C)``: the small rotation of B relative to A for ``C = [B A]``."""
-    D = jnp.swapaxes(C, -1, -2) - C
-    return 0.5 * jnp.stack([D[..., 2, 1], D[..., 0, 2], D[..., 1, 0]], -1)
+def _forest_loops(models, cuts) -> tuple:
+    """``(closures, paths, nv)`` of the cuts with forest-global body and speed indices."""
+    body0 = np.concatenate([[0], np.cumsum([m.n_bodies for m in models])]).astype(int)
+    dof0 = np.concatenate([[0], np.cumsum([m.nv for m in models])]).astype(int)
+    closures, paths = [], []
+    for c in cuts.cuts:
+        closures.append(Closure(c.name, int(body0[c.tree_a] + c.body_a),
+                                int(body0[c.tree_b] + c.body_b), c.rows))
+        pa = [int(dof0[c.tree_a]) + j for j in layout(models[c.tree_a]).path_dofs(c.body_a)]
+        pb = [int(dof0[c.tree_b]) + j for j in layout(models[c.tree_b]).path_dofs(c.body_b)]
+        if c.tree_a != c.tree_b:
+            shared = set()
+        else:
+            shared = set(pa) & set(pb)
+        path = [(j, 1.0) for j in pb if j not in shared] + [(j, -1.0) for j in pa if j not in shared]
+        paths.append((tuple(j for j, _ in path), tuple(s for _, s in path)))
+    return tuple(closures), tuple(paths), int(dof0[-1])
 
 
 def _lu_pivot_ratio(lu):
@@ -241,6 +260,7 @@ class CutJointSystem(System):
     speed_names: tuple = eqx.field(static=True)
     coordinate_map: tuple | None = eqx.field(static=True)
     kept_rows: tuple = eqx.field(static=True)
+    loops: tuple = eqx.field(static=True)
     perm: tuple = eqx.field(static=True)
     n_independent: int = eqx.field(static=True)
     force_fn: Callable | None = eqx.field(static=True)
@@ -312,6 +332,8 @@ class CutJointSystem(System):
         self.outputs_fn = outputs_fn
         self.forcing = forcing
         self.clock = bool(clock)
+        # --- the cuts as loop closures of the forest (global body and speed indices)
+        self.loops = _forest_loops(models, cuts)
         # --- kept rows and partition from C(q0) (plain numpy, before any tracing)
         self.kept_rows = tuple(int(6 * k + r) for k, c in enumerate(cuts.cuts) for r in c.rows)
         self.perm = tuple(range(n))
@@ -432,83 +454,101 @@ class CutJointSystem(System):
         P = self._P(q.dtype)
         return r if P is None else jnp.linalg.solve(P, r)
 
+    def workspace(self, q, u, params) -> Kinematics:
+        """The forest's kinematics workspace at ``(q, u)`` (``u`` may be ``None``): the
+        trees' workspaces stacked, bodies and speeds in forest order."""
+        models = params["models"]
+        qt = self._blocks(self._to_tree(q), models)
+        ut = [None] * len(models) if u is None else self._blocks(self._to_tree(u), models)
+        wss = [kinematics(m, a, b) for m, a, b in zip(models, qt, ut)]
+        if len(wss) == 1:
+            return wss[0]
+        return jax.tree.map(lambda *xs: jnp.concatenate(xs), *wss)
+
+    def _tree_ws(self, ws, models):
+        """Split a forest workspace back into the trees' (for their CRBA / RNEA)."""
+        if len(models) == 1:
+            return [ws]
+        out, b0, v0 = [], 0, 0
+        for m in models:
+            b1, v1 = b0 + m.n_bodies, v0 + m.nv
+            out.append(Kinematics(ws.rot[b0:b1], ws.pos[b0:b1], ws.inertia[b0:b1], ws.S[v0:v1],
+                                  None if ws.vel is None else ws.vel[b0:b1],
+                                  None if ws.acc is None else ws.acc[b0:b1],
+                                  None if ws.joint_acc is None else ws.joint_acc[b0:b1]))
+            b0, v0 = b1, v1
+        return out
+
+    def _map(self, M=None, v=None):
+        P = self._P((M if M is not None else v).dtype)
+        if P is None:
+            return M if M is not None else v
+        return P.T @ M @ P if M is not None else P.T @ v
+
     def mass_matrix(self, q, params):
         """``M(q)`` (eq. 3): block-diagonal CRBA of the trees, mapped by ``P^T M P``."""
         models = params["models"]
-        blocks = [tree.mass_matrix(m, a) for m, a in zip(models, self._blocks(self._to_tree(q), models))]
-        M = jax.scipy.linalg.block_diag(*blocks) if len(blocks) > 1 else blocks[0]
-        P = self._P(q.dtype)
-        return M if P is None else P.T @ M @ P
+        return self._mass(self.workspace(q, None, params), models)
 
-    def _tree_forces(self, q, u, params):
+    def _mass(self, ws, models):
+        blocks = [crba.mass_matrix(m, w) for m, w in zip(models, self._tree_ws(ws, models))]
+        M = jax.scipy.linalg.block_diag(*blocks) if len(blocks) > 1 else blocks[0]
+        return self._map(M=M)
+
+    def _tree_forces(self, q, u, params, ws=None):
         models = params["models"]
+        ws = self.workspace(q, u, params) if ws is None else ws
+        nl = jnp.concatenate([rnea.bias_forces(m, w) for m, w in zip(models, self._tree_ws(ws, models))])
         qt, ut = self._to_tree(q), self._to_tree(u)
-        nl = jnp.concatenate([tree.bias_forces(m, a, b) for m, a, b in
-                              zip(models, self._blocks(qt, models), self._blocks(ut, models))])
         fj = jnp.concatenate([tree.joint_forces(m, a, b) for m, a, b in
                               zip(models, self._blocks(qt, models), self._blocks(ut, models))])
-        P = self._P(q.dtype)
-        return (nl, fj) if P is None else (P.T @ nl, P.T @ fj)
+        return self._map(v=nl), self._map(v=fj)
 
     def nonlinear_terms(self, q, u, params):
         """``nl(q, u)`` of eq. (3): Coriolis, centrifugal and gravity terms (RNEA, u_dot = 0)."""
         return self._tree_forces(q, u, params)[0]
 
-    def active_forces(self, t, q, u, params):
+    def active_forces(self, t, q, u, params, ws=None):
         """``F`` of eq. (4): passive joint springs/dampers plus ``force_fn``."""
-        F = self._tree_forces(q, u, params)[1]
+        F = self._tree_forces(q, u, params, ws)[1]
         if self.force_fn is not None:
             F = F + self.force_fn(t, q, u, params["forcing"])
         return F
 
     # -------------------------------------------------------------- closures
-    def _node_frames(self, q, params):
-        models, cuts = params["models"], params["cuts"]
-        fk = [tree.forward_kinematics(m, a) for m, a in zip(models, self._blocks(self._to_tree(q), models))]
-        Ea, pa, Eb, pb = [], [], [], []
-        for k, c in enumerate(cuts.cuts):
-            dA, rA = fk[c.tree_a][0][c.body_a], fk[c.tree_a][1][c.body_a]
-            dB, rB = fk[c.tree_b][0][c.body_b], fk[c.tree_b][1][c.body_b]
-            Ea.append(cuts.rot_a[k] @ dA)
-            Eb.append(cuts.rot_b[k] @ dB)
-            pa.append(rA + dA.T @ cuts.pos_a[k])
-            pb.append(rB + dB.T @ cuts.pos_b[k])
-        return Ea, pa, Eb, pb
+    def _loops(self, params) -> LoopClosures:
+        cuts = params["cuts"]
+        closures, paths, nv = self.loops
+        return LoopClosures(cuts.rot_a, cuts.pos_a, cuts.rot_b, cuts.pos_b, closures=closures,
+                            rows=self.kept_rows, paths=paths, nv=nv)
 
     def _residual_all(self, q, params):
-        """(P, 6) residual ``(rx, ry, rz, tx, ty, tz)`` in node A's axes (as
-        :func:`diffmb.constraints.position_residual`, for forests)."""
-        Ea, pa, Eb, pb = self._node_frames(q, params)
-        rows = []
-        for k, c in enumerate(params["cuts"].cuts):
-            lin = Ea[k] @ (pb[k] - pa[k])
-            Cba = Eb[k] @ Ea[k].T
-            free = c.free_rotations
-            if len(free) == 1:
-                f = free[0]
-                g, h = (f + 1) % 3, (f + 2) % 3
-                fb = Cba[f, :]
-                ang = jnp.zeros(3, q.dtype).at[g].set(-fb[h]).at[h].set(fb[g])
-            else:
-                ang = _vee_error(Cba)
-            rows.append(jnp.concatenate([ang, lin]))
-        return jnp.stack(rows)
+        """(P, 6) residual ``(rx, ry, rz, tx, ty, tz)`` in node A's axes
+        (:func:`diffmb.closures.residual` on the forest)."""
+        return cl.residual(self.workspace(q, None, params), self._loops(params))
 
     def closure(self, q, params):
         """``Phi(q)`` (eq. 8): the kept residual rows of all cut joints."""
         return self._residual_all(q, params).reshape(-1)[np.asarray(self.kept_rows)]
 
+    def _jacobian(self, ws, params):
+        loops = self._loops(params)
+        G = cl.dense_jacobian(cl.jacobian_blocks(ws, loops), loops, self.n)[np.asarray(self.kept_rows)]
+        P = self._P(G.dtype)
+        return G if P is None else G @ P
+
     def _Cw(self, q, w, params):
-        """``C(q) w``: the rate of ``Phi`` along the speeds ``w`` (eq. 12)."""
-        return jax.jvp(lambda qq: self.closure(qq, params), (q,), (self.rates(q, w, params),))[1]
+        """``C(q) w``: the closure rows of the relative node velocity for speeds ``w`` (eq. 12)."""
+        return self.constraint_jacobian(q, params) @ w
 
     def constraint_jacobian(self, q, params):
-        """``C(q)`` (eq. 12), forward-mode autodiff of ``Phi`` along the coordinate rates."""
-        return jax.jacfwd(lambda w: self._Cw(q, w, params))(jnp.zeros_like(q))
+        """``C(q)`` (eq. 12): the closure rows of the two nodes' Jacobians along their tree
+        paths (:func:`diffmb.closures.jacobian_blocks`), mapped by ``P``."""
+        return self._jacobian(self.workspace(q, None, params), params)
 
-    def _Cdot_w(self, q, qdot, w, params):
-        """``C_dot w`` at fixed ``w``: nested forward-mode derivative."""
-        return jax.jvp(lambda qq: self._Cw(qq, w, params), (q,), (qdot,))[1]
+    def _velocity_product(self, ws, params):
+        """``C_dot u`` at the workspace's state (eq. 9's ``-gamma``), from its bias accelerations."""
+        return cl.velocity_product(ws, self._loops(params)).reshape(-1)[np.asarray(self.kept_rows)]
 
     def null_basis(self, q, params):
         """``N = [I; A]`` in the public order (n x p): ``u = N u_I`` spans ``C u = 0``, and
@@ -569,20 +609,24 @@ class CutJointSystem(System):
         """Mass-weighted projection onto ``Phi = 0`` then ``C u = 0``; MRP shadow switch."""
         q, u, _ = self.split(x)
         if self.stabilization == "projection":
+            rows = np.asarray(self.kept_rows)
+
             def solve(q):
-                M = self.mass_matrix(q, params)
-                C = self.constraint_jacobian(q, params)
+                ws = self.workspace(q, None, params)
+                M = self._mass(ws, params["models"])
+                C = self._jacobian(ws, params)
                 L = jnp.linalg.cholesky(M)
                 Y = jax.scipy.linalg.cho_solve((L, True), C.T)
-                return C, Y, C @ Y
+                return ws, C, Y, C @ Y
 
             def gn(_, q):
-                C, Y, Lam = solve(q)
-                du = -Y @ jnp.linalg.solve(Lam, self.closure(q, params))
+                ws, C, Y, Lam = solve(q)
+                phi = cl.residual(ws, self._loops(params)).reshape(-1)[rows]
+                du = -Y @ jnp.linalg.solve(Lam, phi)
                 return q + self.rates(q, du, params)
 
             q = jax.lax.fori_loop(0, self.projection_iterations, gn, q)
-            C, Y, Lam = solve(q)
+            _, C, Y, Lam = solve(q)
             u = u - Y @ jnp.linalg.solve(Lam, C @ u)
         for s, e in self._mrp_slices:
             q = q.at[s:e].set(sp.mrp_switch(q[s:e]))
@@ -591,15 +635,19 @@ class CutJointSystem(System):
     # ----------------------------------------------------------- diagnostics
     def violation(self, x, params):
         q, u, _ = self.split(x)
-        phi = self.closure(q, params)
-        w = self._Cw(q, u, params)
+        ws = self.workspace(q, u, params)
+        loops = self._loops(params)
+        rows = np.asarray(self.kept_rows)
+        phi = cl.residual(ws, loops).reshape(-1)[rows]
+        w = cl.velocity(ws, loops).reshape(-1)[rows]
         return {"position": jnp.max(jnp.abs(phi)), "velocity": jnp.max(jnp.abs(w))}
 
     def energy(self, q, u, params):
         models = params["models"]
-        qt, ut = self._to_tree(q), self._to_tree(u)
-        return sum(tree.energy(m, a, b) for m, a, b in
-                   zip(models, self._blocks(qt, models), self._blocks(ut, models)))
+        ws = self.workspace(q, u, params)
+        qt = self._blocks(self._to_tree(q), models)
+        return sum(tree.kinetic_energy_ws(w) + tree.potential_energy_ws(m, w, a)
+                   for m, w, a in zip(models, self._tree_ws(ws, models), qt))
 
     def diagnostics(self, x, params):
         q, u, t = self.split(x)
@@ -609,9 +657,7 @@ class CutJointSystem(System):
                "reaction_wrench": self.reaction_wrenches(lam)}
         out.update(info)
         if any(m.floating_base for m in models):
-            qt, ut = self._to_tree(q), self._to_tree(u)
-            h = sum(tree.spatial_momentum(m, a, b) for m, a, b in
-                    zip(models, self._blocks(qt, models), self._blocks(ut, models)))
+            h = tree.spatial_momentum_ws(self.workspace(q, u, params))
             out["angular_momentum"] = h[:3]  # about the world origin
             out["linear_momentum"] = h[3:]
         if self.outputs_fn is not None:
@@ -661,18 +707,19 @@ class KaneSystem(CutJointSystem):
         ``M``, ``nl``, ``F``, ``lu`` (LU of ``C_D``), ``repartitioned``.
         """
         n, p = self.n, self.n_independent
-        M = self.mass_matrix(q, params)
-        nl = self.nonlinear_terms(q, u, params)
-        F = self.active_forces(t, q, u, params)
-        C = self.constraint_jacobian(q, params)
+        models = params["models"]
+        ws = self.workspace(q, u, params)
+        M = self._mass(ws, models)
+        nl, _ = self._tree_forces(q, u, params, ws)
+        F = self.active_forces(t, q, u, params, ws)
+        C = self._jacobian(ws, params)
         perm, lu, switched = self.partition(C)
         Cp = jnp.take(C, perm, axis=1)
         A = -jax.scipy.linalg.lu_solve(lu, Cp[:, :p])                   # eq. (13)
-        qdot = self.rates(q, u, params)
         # A_dot u_I (eq. 5) = -C_D^-1 C_dot [u_I; A u_I]; evaluated with the state's u
         # (equal on C u = 0), which makes u_dot independent of the partition off the
         # velocity manifold too: the rows say C u_dot = -C_dot u for any partition.
-        Adot_uI = -jax.scipy.linalg.lu_solve(lu, self._Cdot_w(q, qdot, u, params))
+        Adot_uI = -jax.scipy.linalg.lu_solve(lu, self._velocity_product(ws, params))
         eye_m = jnp.eye(n - p, dtype=q.dtype)
         A1 = jnp.concatenate([-A, eye_m], axis=1)                         # eq. (5)
         A2 = jnp.concatenate([jnp.eye(p, dtype=q.dtype), A.T], axis=1)   # eq. (2)
@@ -700,12 +747,13 @@ class MultiplierSystem(CutJointSystem):
     formulation = "dae"
 
     def accelerations(self, t, q, u, params):
-        M = self.mass_matrix(q, params)
-        nl = self.nonlinear_terms(q, u, params)
-        F = self.active_forces(t, q, u, params)
-        D = self.constraint_jacobian(q, params)
-        qdot = self.rates(q, u, params)
-        gamma = -self._Cdot_w(q, qdot, u, params)                          # eq. (9)
+        models = params["models"]
+        ws = self.workspace(q, u, params)
+        M = self._mass(ws, models)
+        nl, _ = self._tree_forces(q, u, params, ws)
+        F = self.active_forces(t, q, u, params, ws)
+        D = self._jacobian(ws, params)
+        gamma = -self._velocity_product(ws, params)                       # eq. (9)
         if self.stabilization == "baumgarte":
             a, b = params["baumgarte"]["a"], params["baumgarte"]["b"]
             gamma = gamma - 2.0 * a * (D @ u) - b**2 * self.closure(q, params)

@@ -1,0 +1,425 @@
+"""Loop closures on a tree: node pairs, their residuals, Jacobians and velocity products.
+
+The tree-augmented approach of Fulton & Schaub (section 4.1): cutting the closed chains
+leaves a tree, and every cut edge becomes a pair of *closure nodes* — a frame on body A
+and a frame on body B — that must coincide in a chosen set of relative spatial DOFs (the
+paper's Q matrix: all 6 for a weld, 3 translations for a point contact, 5 for a hinge).
+
+Rows are expressed in node A's frame and ordered ``(rx, ry, rz, tx, ty, tz)``. Every
+quantity below is read off the kinematics workspace (:mod:`diffmb.kinematics`); nothing
+is differentiated through the kinematics:
+
+* velocity level (eqs. 30, 34): ``w = X_A (v_B - v_A)``, the spatial velocity of body B
+  relative to body A measured at node A's origin, in node A's axes (``X_A`` the motion
+  transform from world-origin coordinates to node A). Linear in ``qd``: ``w = G(q) qd``
+  with the rows of ``G`` the two bodies' Jacobian columns along their root paths,
+  ``G = X_A (sum_{j in path(B)} s_j e_j^T - sum_{j in path(A)} s_j e_j^T)``; the joints the
+  two paths share cancel exactly, so each closure touches only the joints of its own loop
+  (:func:`jacobian_blocks`, closures grouped by loop length into :func:`buckets`);
+* acceleration level (eqs. 33, 36-39): ``w_dot = G qdd + g`` with the velocity-product
+  term ``g = X_A (a_B - a_A) - (X_A v_A) x w`` from the workspace's bias accelerations
+  (:func:`velocity_product`), the paper's ``U`` vector for any Q;
+* position level: the node-B origin relative to node A in A's axes, and the attitude
+  error from the DCM ``C = [B A]``: ``1/2 vee(C^T - C)`` for a weld, or for a hinge with
+  free axis ``f`` the misalignment of B's ``f`` axis in A's axes (whose rates are the
+  constrained components of ``omega_B - omega_A``, so Gauss-Newton on it is consistent).
+
+Measuring both bodies' velocities at the same point makes ``w`` differ from the time
+derivative of the position residual only by terms of second order in the violation (and
+makes the shared joints cancel); on the constraint manifold the two coincide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import spatial as sp
+from .kinematics import kinematics, point_frames
+from .layout import layout
+from .model import Model
+
+ROW_NAMES = ("rx", "ry", "rz", "tx", "ty", "tz")
+KINDS = {
+    "weld": (0, 1, 2, 3, 4, 5),
+    "point": (3, 4, 5),
+}
+
+
+@dataclass(frozen=True)
+class Closure:
+    """One cut edge: node A on ``body_a``, node B on ``body_b``, constrained ``rows``.
+
+    ``rows`` index ``(rx, ry, rz, tx, ty, tz)`` of node A's frame. A hinge whose free axis
+    is node A's ``x`` constrains ``(1, 2, 3, 4, 5)``.
+    """
+
+    name: str
+    body_a: int
+    body_b: int
+    rows: tuple
+
+    @property
+    def free_rotations(self) -> tuple:
+        return tuple(i for i in range(3) if i not in self.rows)
+
+
+def closure_rows(kind: str, axis: int = 0) -> tuple:
+    """Rows of a ``weld``, ``point`` or ``hinge`` closure (hinge free about node ``axis``)."""
+    if kind == "hinge":
+        if axis not in (0, 1, 2):
+            raise ValueError(f"hinge axis must be 0, 1 or 2 (x, y, z), got {axis!r}")
+        return tuple(i for i in range(6) if i != axis)
+    if kind not in KINDS:
+        raise ValueError(f"unknown closure kind {kind!r}; expected weld, point or hinge")
+    return KINDS[kind]
+
+
+def row_index(closures) -> np.ndarray:
+    """Flat indices into the (P, 6) residual of every constrained row."""
+    return np.array([6 * k + r for k, c in enumerate(closures) for r in c.rows], dtype=int)
+
+
+def row_labels(closures) -> list:
+    return [f"{c.name}:{ROW_NAMES[r]}" for c in closures for r in c.rows]
+
+
+def row_mask(closures) -> np.ndarray:
+    """(P, 6) boolean: the constrained rows."""
+    mask = np.zeros((len(closures), 6), bool)
+    for k, c in enumerate(closures):
+        mask[k, list(c.rows)] = True
+    return mask
+
+
+def loop_paths(lay, closures) -> tuple:
+    """Per closure the velocity indices of its loop and their signs: ``((dofs, signs), ...)``.
+
+    ``+1`` on body B's path only, ``-1`` on body A's only; joints on both paths are left
+    out (they move both nodes together).
+    """
+    out = []
+    for c in closures:
+        pa, pb = lay.path_dofs(c.body_a), lay.path_dofs(c.body_b)
+        sa, sb = set(pa), set(pb)
+        path = [(j, 1.0) for j in pb if j not in sa] + [(j, -1.0) for j in pa if j not in sb]
+        out.append((tuple(j for j, _ in path), tuple(s for _, s in path)))
+    return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
+class Bucket:
+    """Closures ``ids (P_b,)`` whose loops are padded to one length: ``dofs (P_b, L)``
+    (padding ``nv``, a zero column) and ``signs (P_b, L)`` (padding 0)."""
+
+    ids: np.ndarray
+    dofs: np.ndarray
+    signs: np.ndarray
+
+
+MAX_BUCKETS = 4
+
+
+@functools.lru_cache(maxsize=256)
+def buckets(paths: tuple, nv: int) -> tuple:
+    """Group closures by loop length into at most :data:`MAX_BUCKETS` buckets, choosing the
+    split that minimises the padded work ``sum_b P_b L_b^2`` (the cost of ``G^T G``)."""
+    lengths = np.array([max(1, len(d)) for d, _ in paths])
+    order = np.argsort(lengths, kind="stable")
+    Ls = lengths[order]
+    uniq, counts = np.unique(Ls, return_counts=True)
+    start = np.concatenate([[0], np.cumsum(counts)])
+    U = len(uniq)
+    # dp[b][u]: least padded work of the closures of the first u lengths in b buckets
+    INF = float("inf")
+    dp = [[INF] * (U + 1) for _ in range(MAX_BUCKETS + 1)]
+    cut = [[0] * (U + 1) for _ in range(MAX_BUCKETS + 1)]
+    dp[0][0] = 0.0
+    for b in range(1, MAX_BUCKETS + 1):
+        for u in range(1, U + 1):
+            for v in range(u):
+                cost = dp[b - 1][v] + (start[u] - start[v]) * float(uniq[u - 1]) ** 2
+                if cost < dp[b][u]:
+                    dp[b][u], cut[b][u] = cost, v
+    b = min(range(1, MAX_BUCKETS + 1), key=lambda k: (dp[k][U], k))
+    edges, u = [], U
+    while b > 0:
+        v = cut[b][u]
+        edges.append((int(start[v]), int(start[u])))
+        u, b = v, b - 1
+    out = []
+    for j, i in reversed(edges):
+        ids = order[j:i]
+        L = int(Ls[i - 1])
+        dofs = np.full((len(ids), L), nv, np.int32)
+        signs = np.zeros((len(ids), L))
+        for r, k in enumerate(ids):
+            d, sg = paths[k]
+            dofs[r, : len(d)] = d
+            signs[r, : len(d)] = sg
+        out.append(Bucket(ids.astype(np.int32), dofs, signs))
+    return tuple(out)
+
+
+class LoopClosures(eqx.Module):
+    """A set of closure-node pairs: node placements are arrays (differentiable), the
+    pairs, their constrained rows, the loops' joints and the redundancy report static.
+
+    ``rot_a (P, 3, 3)`` is the DCM [node A, body A] and ``pos_a (P, 3)`` node A's origin
+    in body-A coordinates (likewise for B). ``paths``: :func:`loop_paths`; ``nv``: the
+    tree's number of velocities.
+    """
+
+    rot_a: jnp.ndarray
+    pos_a: jnp.ndarray
+    rot_b: jnp.ndarray
+    pos_b: jnp.ndarray
+    closures: tuple = eqx.field(static=True)
+    rows: tuple = eqx.field(static=True)
+    paths: tuple = eqx.field(static=True, default=())
+    nv: int = eqx.field(static=True, default=0)
+    report: object = eqx.field(static=True, default=None)
+
+    @property
+    def labels(self) -> list:
+        return [l for l, i in zip(row_labels(self.closures), row_index(self.closures)) if i in self.rows]
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def buckets(self) -> tuple:
+        return buckets(self.paths, self.nv)
+
+    def mask(self) -> np.ndarray:
+        return row_mask(self.closures)
+
+
+def _bodies(nodes):
+    return (np.array([c.body_a for c in nodes.closures], dtype=np.int32),
+            np.array([c.body_b for c in nodes.closures], dtype=np.int32))
+
+
+# ---------------------------------------------------------------- node kinematics
+
+
+def node_frames(ws, nodes):
+    """World DCMs and origins of both nodes of every pair: ``(Ea, pa, Eb, pb)``."""
+    ia, ib = _bodies(nodes)
+    Ea, pa = point_frames(ws, ia, nodes.rot_a, nodes.pos_a)
+    Eb, pb = point_frames(ws, ib, nodes.rot_b, nodes.pos_b)
+    return Ea, pa, Eb, pb
+
+
+def _vee_error(C):
+    """``1/2 vee(C^T - C)``: the small rotation of B relative to A for ``C = [B A]``."""
+    D = jnp.swapaxes(C, -1, -2) - C
+    return 0.5 * jnp.stack([D[..., 2, 1], D[..., 0, 2], D[..., 1, 0]], -1)
+
+
+def residual(ws, nodes):
+    """Position-level residual of every pair, (P, 6) in node A's axes (free rows unused)."""
+    Ea, pa, Eb, pb = node_frames(ws, nodes)
+    lin = sp.mv(Ea, pb - pa)
+    C = sp.mm(Eb, jnp.swapaxes(Ea, -1, -2))
+    free = [c.free_rotations for c in nodes.closures]
+    hinge = np.array([len(f) == 1 for f in free])
+    f = np.array([fr[0] if len(fr) == 1 else 0 for fr in free])
+    g, h = (f + 1) % 3, (f + 2) % 3
+    P = len(free)
+    fb = C[np.arange(P), f, :]                             # B's f axis in A components
+    fb_g = jnp.take_along_axis(fb, g[:, None], axis=1)
+    fb_h = jnp.take_along_axis(fb, h[:, None], axis=1)
+    eg, eh = (jnp.asarray(np.eye(3)[i], C.dtype) for i in (g, h))
+    ang_hinge = -fb_h * eg + fb_g * eh
+    ang = jnp.where(hinge[:, None], ang_hinge, _vee_error(C))
+    return jnp.concatenate([ang, lin], -1)
+
+
+def _to_node_a(ws, nodes, m):
+    """World-origin motion vectors ``m (P, 6)`` in node A's coordinates at its origin."""
+    ia, _ = _bodies(nodes)
+    Ea, pa = point_frames(ws, ia, nodes.rot_a, nodes.pos_a)
+    return sp.xform_motion(Ea, pa, m), (Ea, pa)
+
+
+def velocity(ws, nodes):
+    """``w (P, 6)``: body B's velocity relative to body A at node A, node A's axes."""
+    ia, ib = _bodies(nodes)
+    return _to_node_a(ws, nodes, ws.vel[ib] - ws.vel[ia])[0]
+
+
+def velocity_product(ws, nodes):
+    """``g (P, 6)`` with ``w_dot = G qdd + g`` (eqs. 36-39): from the bias accelerations."""
+    ia, ib = _bodies(nodes)
+    w, (Ea, pa) = _to_node_a(ws, nodes, ws.vel[ib] - ws.vel[ia])
+    dacc = sp.xform_motion(Ea, pa, ws.acc[ib] - ws.acc[ia])
+    va = sp.xform_motion(Ea, pa, ws.vel[ia])
+    return dacc - sp.cross_motion(va, w)
+
+
+def jacobian_blocks(ws, nodes) -> tuple:
+    """Per bucket (``nodes.buckets``) ``(P_b, 6, L)``: each closure's rows of ``G`` on its
+    loop's joints; unconstrained rows are zero."""
+    ia, _ = _bodies(nodes)
+    dt = ws.S.dtype
+    Ea, pa = point_frames(ws, ia, nodes.rot_a, nodes.pos_a)
+    X = sp.xform_matrix(Ea, pa) * jnp.asarray(nodes.mask()[..., None], dt)   # (P, 6, 6)
+    S = jnp.concatenate([ws.S, jnp.zeros((1, 6), dt)], 0)
+    out = []
+    for bk in nodes.buckets:
+        cols = S[bk.dofs] * jnp.asarray(bk.signs[..., None], dt)              # (P_b, L, 6)
+        out.append(jnp.einsum("kij,klj->kil", X[bk.ids], cols))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ model-level API
+
+
+def position_residual(model: Model, q, nodes):
+    """Position-level residual (P, 6) at ``q``."""
+    return residual(kinematics(model, q), nodes)
+
+
+def relative_velocity(model: Model, q, qd, nodes):
+    """``w`` (P, 6) at ``(q, qd)``: see :func:`velocity`."""
+    return velocity(kinematics(model, q, qd), nodes)
+
+
+def dense_jacobian(blocks, nodes, nv):
+    """``G (P*6, nv)`` from :func:`jacobian_blocks` (free rows zero)."""
+    P = len(nodes.closures)
+    G = jnp.zeros((P, 6, nv + 1), blocks[0].dtype)
+    for bk, B in zip(nodes.buckets, blocks):
+        kk = bk.ids[:, None, None]
+        rr = np.arange(6)[None, :, None]
+        G = G.at[kk, rr, bk.dofs[:, None, :]].add(B)
+    return G[..., :nv].reshape(P * 6, nv)
+
+
+def jacobian(model: Model, q, nodes, rows=None):
+    """``G(q)``: constrained rows of ``w`` w.r.t. ``qd`` (nrows, nv); kept rows by default."""
+    rows = np.asarray(nodes.rows if rows is None else rows)
+    ws = kinematics(model, q)
+    return dense_jacobian(jacobian_blocks(ws, nodes), nodes, model.nv)[rows]
+
+
+# ------------------------------------------------------------ build-time analysis
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """Outcome of the redundancy analysis of a closure set."""
+
+    n_rows: int
+    rank: int
+    kept: tuple
+    redundant: tuple  # labels of the dropped rows
+
+    def __str__(self):
+        red = ", ".join(self.redundant) if self.redundant else "none"
+        return f"{self.n_rows} closure rows, numerical rank {self.rank}; redundant: {red}"
+
+
+def independent_rows(G: np.ndarray, tol: float = 1e-9) -> list:
+    """Greedy rank-revealing selection of independent rows, in row order (Gram-Schmidt,
+    orthogonalised twice against the basis so far)."""
+    G = np.asarray(G, float)
+    scale = max(np.abs(G).max(initial=0.0), 1e-300)
+    basis = np.zeros((0, G.shape[1]))
+    keep = []
+    for i, g in enumerate(G):
+        r = g - basis.T @ (basis @ g)
+        r = r - basis.T @ (basis @ r)
+        n = np.linalg.norm(r)
+        if n > tol * scale:
+            basis = np.vstack([basis, r / n])
+            keep.append(i)
+    return keep
+
+
+def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) -> RankReport:
+    """Check the initial configuration closes and find redundant rows.
+
+    The rank is taken at a generic point of the constraint manifold near ``q0`` (flat
+    origami states are singular). Raises ValueError naming the closure whose residual at
+    ``q0`` exceeds ``check_tol``.
+    """
+    from .tree import coordinate_rates
+
+    closures = nodes.closures
+    rows = row_index(closures)
+    labels = row_labels(closures)
+    q0 = jnp.asarray(q0)
+    phi_fn = jax.jit(lambda q: position_residual(model, q, nodes))
+    phi0 = np.asarray(phi_fn(q0))
+    for k, c in enumerate(closures):
+        err = np.abs(phi0[k, list(c.rows)]).max()
+        if err > check_tol:
+            raise ValueError(
+                f"closure {c.name!r}: initial configuration violates it by {err:.3g} "
+                f"(rows {[ROW_NAMES[r] for r in c.rows]}); the nodes do not meet"
+            )
+    rng = np.random.default_rng(seed)
+    jac_fn = jax.jit(lambda q: jacobian(model, q, nodes, rows))
+    rate_fn = jax.jit(lambda q, v: coordinate_rates(model, q, v))
+    q = np.asarray(q0) + 1e-2 * rng.standard_normal(q0.shape)
+    for _ in range(50):
+        phi = np.asarray(phi_fn(q)).reshape(-1)[rows]
+        if np.abs(phi).max() < 1e-13:
+            break
+        G = np.asarray(jac_fn(q))
+        dnu = -np.linalg.lstsq(G, phi, rcond=1e-10)[0]
+        q = q + np.asarray(rate_fn(q, dnu))
+    G = np.asarray(jac_fn(q))
+    keep = independent_rows(G)
+    return RankReport(
+        n_rows=len(rows),
+        rank=len(keep),
+        kept=tuple(int(rows[i]) for i in keep),
+        redundant=tuple(labels[i] for i in range(len(rows)) if i not in keep),
+    )
+
+
+def make_closures(model: Model, q0, pairs, *, analyse_rank: bool = True) -> LoopClosures:
+    """Build :class:`LoopClosures` from pair descriptions and check them at ``q0``.
+
+    Each pair is a dict: ``name``, ``body_a``, ``body_b`` (body names), ``kind``
+    (``hinge`` | ``weld`` | ``point``), ``axis`` (free axis of a hinge, 0/1/2 of node A),
+    ``pos_a``/``pos_b`` (node origins in body coordinates) and optional ``rot_a``/``rot_b``
+    (DCM [node, body], identity by default).
+    """
+    closures, ra, pa, rb, pb = [], [], [], [], []
+    for k, p in enumerate(pairs):
+        name = p.get("name", f"closure{k}")
+        for key in ("body_a", "body_b"):
+            if key not in p:
+                raise ValueError(f"closure {name!r}: missing {key!r}")
+        a, b = model.body_index(p["body_a"]), model.body_index(p["body_b"])
+        if a == b:
+            raise ValueError(f"closure {name!r}: both nodes are on body {p['body_a']!r}")
+        rows = closure_rows(p.get("kind", "weld"), p.get("axis", 0))
+        closures.append(Closure(name, a, b, rows))
+        ra.append(np.asarray(p.get("rot_a", np.eye(3)), float))
+        rb.append(np.asarray(p.get("rot_b", np.eye(3)), float))
+        pa.append(np.asarray(p.get("pos_a", np.zeros(3)), float))
+        pb.append(np.asarray(p.get("pos_b", np.zeros(3)), float))
+    if not closures:
+        raise ValueError("no closure pairs given")
+    closures = tuple(closures)
+    nodes = LoopClosures(
+        rot_a=jnp.asarray(np.stack(ra)), pos_a=jnp.asarray(np.stack(pa)),
+        rot_b=jnp.asarray(np.stack(rb)), pos_b=jnp.asarray(np.stack(pb)),
+        closures=closures, rows=tuple(int(i) for i in row_index(closures)),
+        paths=loop_paths(layout(model), closures), nv=model.nv,
+    )
+    if not analyse_rank:
+        return nodes
+    return dataclasses.replace(nodes, report=analyse(model, q0, nodes))

@@ -1,0 +1,193 @@
+"""Exact constraint solves in the primal (joint) space, for many redundant closure rows.
+
+The constrained accelerations of Fulton & Schaub (eqs. 22-25, 42-43) are the solution of
+Gauss's least-constraint problem
+
+    min_x  1/2 (x - a_f)^T M (x - a_f)   subject to   G x = b,
+
+with ``M a_f = f`` the unconstrained (tree) dynamics. The dual route forms the
+operational-space compliance ``Lambda = G M^-1 G^T`` — one row and column per closure row,
+so for a 10x10 map fold a 405 x 405 matrix of rank below 100 (rigid-origami loops
+over-constrain the tree, and the redundant set changes along a deployment). Here the
+same problem is solved in the primal space by the method of multipliers (augmented
+Lagrangian; MuJoCo's Newton solver works in the same space):
+
+    (M + rho G^T G) x_{k+1} = f - G^T lambda_k + rho G^T b,
+    lambda_{k+1} = lambda_k + rho (G x_{k+1} - b),
+
+one ``nv x nv`` Cholesky factor per evaluation, reused by every iteration. This is the
+proximal-point iteration on the dual, ``lambda_{k+1} = (Lambda + I/rho)^-1 (rhs +
+lambda_k / rho)``: with ``rho = 1/mu`` two iterations are exactly the Tikhonov-regularised,
+once-refined dual solve diffmb used before, and each further one multiplies the error of
+a constraint direction with compliance eigenvalue ``s`` by ``1 / (1 + rho s)``. Redundant
+rows need no rank decision: their multipliers stay in the range of ``G`` (the
+minimum-norm multipliers), and near a fold bifurcation a direction whose eigenvalue
+falls below ``1 / rho`` is enforced softly instead of exploding. ``rho`` is set relative
+to the problem's own scale, ``rho = kappa mean(diag M) / max(diag G^T G)``.
+
+``G`` is held in closure blocks (:func:`diffmb.closures.jacobian_blocks`): closure ``k``
+touches only the ``L`` joints of its loop, so ``G x``, ``G^T y`` and ``G^T G`` cost
+``P L`` and ``P L^2`` instead of ``P nv`` and ``P nv^2``; of ``G^T G`` only the lower
+triangle is summed (all the Cholesky factorisation reads).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+#: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring).
+KAPPA = 1e8
+ITERATIONS = 3
+
+
+class Blocks(eqx.Module):
+    """``G`` in closure blocks: per bucket of closures (:func:`diffmb.closures.buckets`)
+    ``(P_b, 6, L_b)`` on the joints of their loops; ``paths``/``nv``/``P`` static."""
+
+    blocks: tuple
+    paths: tuple = eqx.field(static=True)
+    nv: int = eqx.field(static=True)
+
+    @property
+    def buckets(self) -> tuple:
+        return _buckets(self.paths, self.nv)
+
+    @property
+    def P(self) -> int:
+        return len(self.paths)
+
+    def apply(self, x):
+        """``G x`` as (P, 6)."""
+        xe = jnp.concatenate([x, jnp.zeros(1, x.dtype)])
+        parts = [jnp.einsum("kil,kl->ki", B, xe[bk.dofs]) for bk, B in zip(self.buckets, self.blocks)]
+        return jnp.concatenate(parts)[_closure_order(self.paths, self.nv)]
+
+    def apply_T(self, y):
+        """``G^T y`` for ``y (P, 6)``."""
+        c = [jnp.einsum("kil,ki->kl", B, y[bk.ids]).reshape(-1) for bk, B in zip(self.buckets, self.blocks)]
+        d = np.concatenate([bk.dofs.reshape(-1) for bk in self.buckets])
+        return jnp.zeros(self.nv + 1, y.dtype).at[d].add(jnp.concatenate(c))[: self.nv]
+
+    def gram_lower(self):
+        """The lower triangle of ``G^T G (nv, nv)`` (upper triangle zero), block by block:
+        only the entries a Cholesky factorisation reads are summed."""
+        vals, (rows, cols) = [], _lower_pairs(self.paths, self.nv)
+        for (sel, _), B in zip(_lower_sel(self.paths, self.nv), self.blocks):
+            G2 = jnp.einsum("kil,kim->klm", B, B).reshape(-1)
+            vals.append(G2[sel])
+        out = jnp.zeros((self.nv + 1, self.nv + 1), self.blocks[0].dtype)
+        return out.at[rows, cols].add(jnp.concatenate(vals))[: self.nv, : self.nv]
+
+    def gram(self):
+        """``G^T G (nv, nv)``."""
+        Lw = self.gram_lower()
+        return Lw + Lw.T - jnp.diag(jnp.diagonal(Lw))
+
+
+@functools.lru_cache(maxsize=256)
+def _buckets(paths, nv):
+    from .closures import buckets
+
+    return buckets(paths, nv)
+
+
+@functools.lru_cache(maxsize=256)
+def _closure_order(paths, nv):
+    ids = np.concatenate([bk.ids for bk in _buckets(paths, nv)])
+    return np.argsort(ids).astype(np.int32)
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_sel(paths, nv):
+    """Per bucket the flat positions in ``(P_b, L, L)`` of pairs on or below the diagonal."""
+    out = []
+    for bk in _buckets(paths, nv):
+        d = bk.dofs
+        i, j = d[:, :, None], d[:, None, :]
+        keep = (i >= j) & (i < nv) & (j < nv)
+        out.append((np.flatnonzero(keep.reshape(-1)).astype(np.int32),
+                    (np.broadcast_to(i, keep.shape)[keep], np.broadcast_to(j, keep.shape)[keep])))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_pairs(paths, nv):
+    sel = _lower_sel(paths, nv)
+    return (np.concatenate([s[1][0] for s in sel]).astype(np.int32),
+            np.concatenate([s[1][1] for s in sel]).astype(np.int32))
+
+
+class Factor(eqx.Module):
+    """The Cholesky factor of ``M + rho G^T G`` and what the iterations need."""
+
+    chol: jnp.ndarray
+    rho: jnp.ndarray
+    M: jnp.ndarray
+    G: Blocks
+
+    def solve(self, f, b, iterations: int = ITERATIONS):
+        """``(x, lambda)`` of ``min 1/2 x^T M x - f^T x  s.t.  G x = b`` (``b (P, 6)``,
+        zero on unconstrained rows): ``M x = f - G^T lambda``.
+
+        Each iteration is written as a correction from residuals,
+        ``x += (M + rho G^T G)^-1 (f - G^T lambda - M x - rho G^T (G x - b))``: the same
+        iteration, but the right-hand side shrinks as it converges, so the round-off of
+        the large penalty term (``rho |G| |b|``, which would otherwise pollute the
+        unconstrained directions of ``x`` by ``eps kappa``) is refined away.
+        """
+        G, rho, M = self.G, self.rho, self.M
+        lam = jnp.zeros_like(b)
+        x = jnp.zeros_like(f)
+        for _ in range(iterations):
+            r = f - G.apply_T(lam + rho * (G.apply(x) - b)) - M @ x
+            x = x + self._solve(r)
+            lam = lam + rho * (G.apply(x) - b)
+        # The iterates' lambda holds rho times the part of b that no x can reach (the
+        # inconsistency of redundant rows: round-off, or a Baumgarte target off the
+        # manifold), and rho times the round-off of G x - b. The reported multipliers
+        # are instead solved from the converged dynamics, G^T lambda = f - M x, by the
+        # same iteration started at zero: every update is G times a vector, so lambda
+        # stays in the range of G -- the minimum-norm multipliers of redundant rows.
+        # Dead code for callers that discard lambda (the vector field).
+        e = f - M @ x
+        lam = jnp.zeros_like(b)
+        for _ in range(iterations):
+            lam = lam + rho * G.apply(self._solve(e - G.apply_T(lam)))
+        return x, lam
+
+    def _solve(self, r):
+        return jax.scipy.linalg.cho_solve((self.chol, True), r)
+
+
+def factor(M, G: Blocks, kappa: float = KAPPA) -> Factor:
+    """Factor ``M + rho G^T G`` with ``rho = kappa mean(diag M) / max(diag G^T G)``."""
+    GtG = G.gram_lower()
+    scale = jnp.mean(jnp.diagonal(M)) / jnp.maximum(jnp.max(jnp.diagonal(GtG)), 1e-300)
+    rho = lax.stop_gradient(kappa * scale)
+    chol = lax.linalg.cholesky(jnp.tril(M) + rho * GtG, symmetrize_input=False)
+    return Factor(chol, rho, M, G)
+
+
+def numerical_rank(M, G: Blocks, tol: float = 1e-8):
+    """Numerical rank of ``G`` in the metric of ``M`` (that of ``Lambda = G M^-1 G^T``),
+    rows equilibrated to unit norm: the ``closure_rank`` diagnostic.
+
+    Piecewise constant, so it carries no gradient; ``stop_gradient`` also keeps the
+    eigenvalue derivative's ``1 / (l_i - l_j)`` of repeated eigenvalues out of reverse mode
+    (it would turn the zero cotangent into NaN for every parameter).
+    """
+    M, blocks = lax.stop_gradient(M), lax.stop_gradient(G.blocks)
+    norms = [jnp.sqrt(jnp.sum(B * B, axis=-1)) for B in blocks]
+    Gn = Blocks(tuple(B / jnp.maximum(n, 1e-300)[..., None] for B, n in zip(blocks, norms)),
+                G.paths, G.nv)
+    L = jnp.linalg.cholesky(M)
+    W = jax.scipy.linalg.solve_triangular(L, Gn.gram(), lower=True)
+    W = jax.scipy.linalg.solve_triangular(L, W.T, lower=True)
+    ev = jnp.linalg.eigvalsh(0.5 * (W + W.T))
+    return jnp.sum(ev > tol * jnp.max(ev)).astype(M.dtype)

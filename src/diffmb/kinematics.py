@@ -1,0 +1,121 @@
+"""The kinematics workspace: one forward sweep per evaluation, read by every consumer.
+
+:func:`kinematics` computes, for one state, everything the dynamics and the constraints
+need from the tree's geometry (Pinocchio's ``Data``, MJX's ``Data``): body poses, the
+motion-subspace (Jacobian) column of every generalized velocity, body velocities,
+velocity-product accelerations and the bodies' spatial inertias. The CRBA, the RNEA, the
+ABA, loop-closure residuals, Jacobians and their velocity-product terms, energy and
+momentum (:mod:`diffmb.crba`, :mod:`diffmb.rnea`, :mod:`diffmb.aba`,
+:mod:`diffmb.closures`, :mod:`diffmb.tree`) all take a :class:`Kinematics` instead of
+recomputing forward kinematics.
+
+World-origin spatial coordinates. Velocities, accelerations, Jacobian columns and
+inertias are spatial vectors ``[angular; linear]`` in world axes *at the world origin*
+(Featherstone's fixed-frame form, *RBDA* section 2.8): the linear part of a body's
+velocity is the velocity of the body-fixed point that is at the origin. In these
+coordinates no quantity has to be carried from parent to child: a body's velocity is the
+sum of the joint velocities on its path to the root,
+``v_i = sum_{j in path(i)} s_j qd_j``, and its velocity-product (bias) acceleration
+``a_i = sum_{j in path(i)} v_j x (s_j qd_j) + X c_J`` (Fulton & Schaub eqs. 5-7 with the
+hinge map ``H = S^T``, eq. 9), so both are one :func:`~diffmb.treescan.ancestors_sum`.
+Only the poses need a recursion (:func:`~diffmb.treescan.compose_poses`).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import joints as jt
+from . import spatial as sp
+from . import treescan
+from .layout import layout
+
+
+class Kinematics(eqx.Module):
+    """The workspace of one state (see module docstring). Per body, topological order:
+
+    ``rot (N, 3, 3)`` DCM [body world]; ``pos (N, 3)`` body origin in world;
+    ``inertia (N, 6, 6)`` spatial inertia at the world origin in world axes;
+    ``vel (N, 6)`` spatial velocity; ``acc (N, 6)`` velocity-product acceleration
+    (``qdd = 0``, no gravity) and ``joint_acc (N, 6)`` its part from each body's own joint
+    (``S_dot qd``); per generalized velocity (public order) ``S (nv, 6)``:
+    the motion-subspace column ``s_j`` (the body Jacobian column of joint ``j``).
+    ``vel``/``acc``/``joint_acc`` are ``None`` when no velocities were given.
+    """
+
+    rot: jnp.ndarray
+    pos: jnp.ndarray
+    inertia: jnp.ndarray
+    S: jnp.ndarray
+    vel: jnp.ndarray | None = None
+    acc: jnp.ndarray | None = None
+    joint_acc: jnp.ndarray | None = None
+
+
+def joint_placements(model, q):
+    """Per body ``(E, r)`` parent -> body (the joint placement then the joint motion),
+    and per generalized velocity the subspace column in child coordinates ``(nv, 6)``.
+
+    Kind-specific joint models (:mod:`diffmb.joints`) run once per joint kind, vmapped
+    over that kind's bodies.
+    """
+    lay = layout(model)
+    Es, rs, Ss = [], [], []
+    for kind, bodies, qidx in lay.groups:
+        qk = q[qidx]
+        ax, ax2 = model.axis[bodies], model.axis2[bodies]
+        EJ, rJ = jax.vmap(lambda a, a2, qq, k=kind: jt.transform(k, a, a2, qq))(ax, ax2, qk)
+        E, r = sp.xform_compose(EJ, rJ, model.tree_rot[bodies], model.tree_pos[bodies])
+        S = jax.vmap(lambda a, a2, qq, k=kind: jt.subspace(k, a, a2, qq))(ax, ax2, qk)
+        Es.append(E)
+        rs.append(r)
+        Ss.append(jnp.swapaxes(S, -1, -2).reshape(-1, 6))
+    E = jnp.concatenate(Es)[lay.body_order]
+    r = jnp.concatenate(rs)[lay.body_order]
+    S = jnp.concatenate(Ss)[lay.dof_order]
+    return E, r, S
+
+
+def _joint_bias(model, lay, q, qd):
+    """``c_J = S_dot qd`` in child coordinates (non-zero for universal joints only)."""
+    out = jnp.zeros((lay.n_bodies, 6), q.dtype)
+    for kind, bodies, qidx in lay.groups:
+        if kind != "universal":
+            continue
+        c = jax.vmap(lambda a, a2, qq, vv: jt.bias(kind, a, a2, qq, vv))(
+            model.axis[bodies], model.axis2[bodies], q[qidx], qd[qidx])
+        out = out.at[bodies].set(c)
+    return out
+
+
+def kinematics(model, q, qd=None) -> Kinematics:
+    """The :class:`Kinematics` workspace of ``(q, qd)`` (``q``, ``qd`` public order)."""
+    lay = layout(model)
+    E_loc, r_loc, S_child = joint_placements(model, q)
+    E, r = treescan.compose_poses(lay, E_loc, r_loc)
+    b = lay.dof_body
+    S = sp.xform_motion_inv(E[b], r[b], S_child)
+    inertia = sp.inertia_to_parent(E, r, model.spatial_inertias())
+    if qd is None:
+        return Kinematics(E, r, inertia, S)
+    vJ = jax.ops.segment_sum(S * qd[:, None], b, num_segments=lay.n_bodies)
+    vel = treescan.ancestors_sum(lay, vJ)
+    kappa = sp.cross_motion(vel, vJ)
+    if any(kind == "universal" for kind, _, _ in lay.groups):
+        kappa = kappa + sp.xform_motion_inv(E, r, _joint_bias(model, lay, q, qd))
+    acc = treescan.ancestors_sum(lay, kappa)
+    return Kinematics(E, r, inertia, S, vel, acc, kappa)
+
+
+def body_velocities(ws: Kinematics):
+    """Spatial velocities in body coordinates ``(N, 6)`` (the public convention)."""
+    return sp.xform_motion(ws.rot, ws.pos, ws.vel)
+
+
+def point_frames(ws: Kinematics, bodies, rot, pos):
+    """World DCMs ``[frame world]`` and origins of frames fixed on ``bodies``, placed by
+    ``rot`` (DCM [frame body]) and ``pos`` (origin in body coordinates)."""
+    E = ws.rot[bodies]
+    return sp.mm(rot, E), ws.pos[bodies] + sp.mtv(E, pos)
