@@ -15,11 +15,19 @@ Peers (when importable): ``pinocchio.aba`` per call (median, Python loop), and
 so no contacts; joint ranges are far outside the sampled states). Their ``qdd`` is checked
 against diffmb's. ``ratio`` = diffmb vmapped states/s divided by Pinocchio's 1/t.
 
+Backends: ``aba`` (the articulated-body algorithm, level by level) and ``crba`` (mass
+matrix and Cholesky factor).
+
+``--sweeps`` instead measures the two forms of the tree sweeps (diffmb.treescan) on one
+state of kinematics + CRBA + RNEA: the small-tree forms (dense ancestor products,
+unrolled pose composition) against pointer doubling, compile and run time at each N —
+the measurement behind ``treescan.DENSE_MAX_BODIES`` and ``UNROLL_MAX_BODIES``.
 ``--fusion-check`` reruns N = 8, 16 in subprocesses with XLA's CPU fusion emitters on
 and off (diffmb switches them off by default, see diffmb/_config.py).
 
     python experiments/bench_tree.py              # all sizes, all backends
     python experiments/bench_tree.py --quick      # smoke run
+    python experiments/bench_tree.py --sweeps --sizes 4 8 16 32 64 128 256 400
     python experiments/bench_tree.py --fusion-check
 
 Writes a table to stdout and JSON to out/bench_tree.json.
@@ -188,7 +196,50 @@ def measure_mujoco(urdf, states, repeats):
     return dict(mujoco_us=t * 1e6), qdd
 
 
-def measure_size(n, backends, batch, repeats, seed=0, unroll_max=16):
+INNER = 200
+
+
+def measure_sweeps(n, repeats, seed=0):
+    """Kinematics + CRBA + RNEA on one state, small-tree sweep forms vs pointer doubling."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from diffmb import crba, rnea, treescan
+    from diffmb.kinematics import kinematics
+
+    model = chain_model(chain_params(n, seed))
+    rng = np.random.default_rng(seed)
+    q, qd = (jnp.asarray(rng.uniform(-1, 1, n)) for _ in range(2))
+    out = {"n": n}
+    saved = treescan.DENSE_MAX_BODIES, treescan.UNROLL_MAX_BODIES
+    try:
+        for form, limit in (("small", 10**9), ("doubling", 0)):
+            treescan.DENSE_MAX_BODIES = treescan.UNROLL_MAX_BODIES = limit
+
+            def f(q, qd):
+                ws = kinematics(model, q, qd)
+                return crba.mass_matrix(model, ws), rnea.bias_forces(model, ws)
+
+            def loop(q, qd):  # many evaluations in one call: no dispatch cost in the figure
+                def body(i, acc):
+                    M, C = f(q + 1e-12 * acc, qd)
+                    return acc + M[0, 0] + C[0]
+                return jax.lax.fori_loop(0, INNER, body, 0.0)
+
+            start = time.perf_counter()
+            jax.jit(f).lower(q, qd).compile()
+            comp = time.perf_counter() - start
+            c = jax.jit(loop).lower(q, qd).compile()
+            run = lambda: jax.block_until_ready(c(q, qd))  # noqa: E731
+            run()
+            out[form] = dict(compile_s=comp, eval_us=median_call(run, max(5, repeats // 50)) / INNER * 1e6)
+    finally:
+        treescan.DENSE_MAX_BODIES, treescan.UNROLL_MAX_BODIES = saved
+    return out
+
+
+def measure_size(n, backends, batch, repeats, seed=0):
     """All measurements for one chain of ``n`` bodies; returns a JSON-ready dict."""
     import jax.numpy as jnp
     import numpy as np
@@ -201,8 +252,6 @@ def measure_size(n, backends, batch, repeats, seed=0, unroll_max=16):
     row = dict(n=n, backends={})
     ref = None
     for be in backends:
-        if be == "unroll" and n > unroll_max:
-            continue  # compile time grows fast (see tree.py); measured up to 16
         res, qdd = measure_diffmb(model, states, be, batch, repeats)
         if ref is None:
             ref = np.asarray(qdd)
@@ -262,10 +311,10 @@ def main(argv=None):
     ap.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=400, help="single-call repeats (vmap: /20)")
-    ap.add_argument("--backend", nargs="+", default=["unroll", "scan"],
-                    help="diffmb backends: unroll, scan, auto")
-    ap.add_argument("--unroll-max", type=int, default=16,
-                    help="skip the unroll backend above this many bodies (slow compile)")
+    ap.add_argument("--backend", nargs="+", default=["aba", "crba"],
+                    help="diffmb forward-dynamics backends: aba, crba")
+    ap.add_argument("--sweeps", action="store_true",
+                    help="small-tree sweep forms vs pointer doubling (kinematics + CRBA + RNEA)")
     ap.add_argument("--quick", action="store_true", help="sizes 4 8, batch 256, few repeats")
     ap.add_argument("--no-peers", action="store_true", help="skip Pinocchio / MuJoCo")
     ap.add_argument("--fusion-check", action="store_true",
@@ -293,9 +342,20 @@ def main(argv=None):
         batch=args.batch, repeats=args.repeats, backends=args.backend,
     )
     print(f"jax {meta['jax']}  XLA_FLAGS={meta['xla_flags']!r}  load {meta['loadavg']}", flush=True)
+    if args.sweeps:
+        rows = []
+        print(f"{'N':>4}  {'small: compile s':>16} {'us/eval':>10}  {'doubling: compile s':>19} {'us/eval':>10}")
+        for n in args.sizes:
+            r = measure_sweeps(n, args.repeats)
+            rows.append(r)
+            print(f"{n:>4}  {r['small']['compile_s']:>16.2f} {r['small']['eval_us']:>10.2f}  "
+                  f"{r['doubling']['compile_s']:>19.2f} {r['doubling']['eval_us']:>10.2f}", flush=True)
+        Path(args.json).write_text(json.dumps(dict(meta=meta, sweeps=rows), indent=1))
+        print(f"wrote {args.json}")
+        return
     rows = []
     for n in args.sizes:
-        rows.append(measure_size(n, args.backend, args.batch, args.repeats, unroll_max=args.unroll_max))
+        rows.append(measure_size(n, args.backend, args.batch, args.repeats))
         print(f"  N={n} done (load {os.getloadavg()[0]:.2f})", flush=True)
     meta["loadavg_end"] = os.getloadavg()
     print_table(rows)

@@ -66,17 +66,19 @@ def mass_matrix(model, q):
     return jax.hessian(T)(jnp.zeros_like(q))
 
 
-def constrained_acceleration(model, q, qd, tau, nodes, gains=None, mu_rel=1e-8, refinements=6):
+def constrained_acceleration(model, q, qd, tau, nodes, gains=None, mu_rel=1e-8, refinements=6,
+                             mass=None):
     """``(qdd, lambda)`` by the dense dual route: Tikhonov ``mu = mu_rel max diag Lambda``,
     refined ``refinements`` times. diffmb's earlier solve refined once, which leaves a
     relative error ``(mu / s)^2`` in a constraint direction of compliance eigenvalue
     ``s`` (3.7e-10 on a 3x3 map fold with ``s / max = 1.6e-4``); six refinements make the
-    reference exact to round-off."""
+    reference exact to round-off. ``mass``: a function ``(model, q) -> M`` in place of the
+    kinetic energy's Hessian (cheaper to compile inside a differentiated run)."""
     from diffmb.closures import position_residual
 
     rows = np.asarray(nodes.rows)
     G = jacobian(model, q, nodes)
-    M = mass_matrix(model, q)
+    M = (mass or mass_matrix)(model, q)
     C = rnea.bias_forces(model, kinematics(model, q, qd))
     a_f = jnp.linalg.solve(M, tau - C)
     Y = jnp.linalg.solve(M, G.T)

@@ -48,17 +48,20 @@ def forward_dynamics(model, ws, tau, f_ext=None):
         groups, _ = level
         out = {}
         for kind, (ids, parent, dofs, valid) in groups.items():
+            # multiply-and-sum instead of batched dot kernels: XLA fuses these into a
+            # few elementwise loops (tiny batched matrix products are slow on CPUs)
             v3 = valid[:, None, None]
             IAi = jnp.where(v3, IA[ids], eye)
-            Si = S[dofs]                                   # (W, k, 6)
-            U = jnp.einsum("wab,wkb->wak", IAi, Si)       # IA S
-            D = jnp.einsum("wka,wal->wkl", Si, U)
+            Si = S[dofs]                                              # (W, k, 6)
+            U = jnp.sum(IAi[:, None, :, :] * Si[:, :, None, :], -1)   # (W, k, 6) = (IA S)^T
+            D = jnp.sum(Si[:, :, None, :] * U[:, None, :, :], -1)     # (W, k, k)
             D = jnp.where(v3, D, jnp.eye(D.shape[-1], dtype=dt))
             Dinv = _inv(D)
-            u = tau[dofs] - jnp.einsum("wka,wa->wk", Si, pA[ids])
-            UD = jnp.einsum("wak,wkl->wal", U, Dinv)
-            Ia = IAi - jnp.einsum("wak,wbk->wab", UD, U)
-            pa = pA[ids] + sp.mv(Ia, c[ids]) + jnp.einsum("wak,wk->wa", UD, u)
+            pAi = pA[ids]
+            u = tau[dofs] - jnp.sum(Si * pAi[:, None, :], -1)         # (W, k)
+            UD = jnp.sum(Dinv[:, :, :, None] * U[:, None, :, :], 2)   # (W, k, 6) = (U D^-1)^T
+            Ia = IAi - jnp.sum(UD[:, :, :, None] * U[:, :, None, :], 1)
+            pa = pAi + sp.mv(Ia, c[ids]) + jnp.sum(UD * u[:, :, None], 1)
             IA = IA.at[parent].add(jnp.where(v3, Ia, 0.0))
             pA = pA.at[parent].add(jnp.where(valid[:, None], pa, 0.0))
             out[kind] = (U, Dinv, u)
@@ -75,8 +78,9 @@ def forward_dynamics(model, ws, tau, f_ext=None):
         for kind, (ids, parent, dofs, _) in groups.items():
             U, Dinv, u = data[kind]
             ap = a[parent] + c[ids]
-            qi = jnp.einsum("wkl,wl->wk", Dinv, u - jnp.einsum("wak,wa->wk", U, ap))
-            a = a.at[ids].set(ap + jnp.einsum("wk,wka->wa", qi, S[dofs]))
+            r = u - jnp.sum(U * ap[:, None, :], -1)                   # u - U^T a'
+            qi = jnp.sum(Dinv * r[:, None, :], -1)
+            a = a.at[ids].set(ap + jnp.sum(qi[:, :, None] * S[dofs], 1))
             qdd = qdd.at[dofs].set(qi)
         return (a, qdd), None
 

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .integrate import RunSettings
-from .trajectory import STATUS_NAMES
+from .trajectory import STATUS_CODES, STATUS_NAMES
 
 
 #: Members per compiled call on a CPU. Measured on fold-4panel (10 s, RK4, 2-core CPU,
@@ -131,6 +131,17 @@ class SweepResult:
         """Simulated seconds x members per wall second (compilation excluded)."""
         return self.batch * self.t1 / max(self.wall_s, 1e-12)
 
+    @property
+    def status_counts(self) -> dict:
+        """Members per run status (``success``, ``diverged``, ...), every status listed."""
+        codes = np.asarray(self.table["status"]).astype(int)
+        return {name: int(np.sum(codes == c)) for c, name in sorted(STATUS_NAMES.items())}
+
+    def diverged(self) -> list:
+        """Indices of the members that diverged (non-finite state or violation past the bound)."""
+        codes = np.asarray(self.table["status"]).astype(int)
+        return [int(i) for i in np.flatnonzero(codes == STATUS_CODES["diverged"])]
+
     def rows(self) -> list:
         out = []
         for i in range(self.batch):
@@ -146,7 +157,8 @@ class SweepResult:
                 for r in self.rows()]
         return {"batch": self.batch, "t1": self.t1, "wall_s": self.wall_s, "compile_s": self.compile_s,
                 "devices": self.devices, "chunks": self.chunks,
-                "throughput_member_s_per_s": self.throughput, "members": rows}
+                "throughput_member_s_per_s": self.throughput, "status_counts": self.status_counts,
+                "diverged_members": self.diverged(), "members": rows}
 
     def write_csv(self, path):
         rows = self.rows()

@@ -248,6 +248,10 @@ def cmd_sweep(args) -> int:
         lines.append(f"  ... {len(rows) - 20} more members")
     lines.append(f"{res.batch} members x {res.t1:g} s in {res.wall_s:.3g} s on {res.devices} device(s) "
                  f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second")
+    counts = ", ".join(f"{n} {k}" for k, n in res.status_counts.items() if n)
+    bad = res.diverged()
+    lines.append(f"status: {counts}" + (f"; diverged members: {bad[:20]}{' ...' if len(bad) > 20 else ''}"
+                                        if bad else "; no member diverged"))
     _emit(args, obj, lines)
     return 0
 

@@ -46,13 +46,28 @@ KAPPA = 1e8
 ITERATIONS = 3
 
 
+#: Closure sets with ``P * 6 * nv`` at most this are also held as a dense ``G``: products
+#: with it are single matrix kernels, cheaper than gathers and scatters on small systems.
+#: Measured (one map-fold vector field, 2-core CPU), dense / blocks: 18.6 / 19.1 us at
+#: 3x3 (336 entries), 39.4 / 28.8 at 4x4 (1134), 111 / 70 at 6x6 (6150).
+DENSE_MAX_ENTRIES = 500
+
+
 class Blocks(eqx.Module):
     """``G`` in closure blocks: per bucket of closures (:func:`diffmb.closures.buckets`)
-    ``(P_b, 6, L_b)`` on the joints of their loops; ``paths``/``nv``/``P`` static."""
+    ``(P_b, 6, L_b)`` on the joints of their loops; ``paths``/``nv`` static. ``dense``:
+    the same ``G`` as a ``(P, 6, nv)`` array on small systems (else ``None``)."""
 
     blocks: tuple
+    dense: jnp.ndarray | None
     paths: tuple = eqx.field(static=True)
     nv: int = eqx.field(static=True)
+
+    def __init__(self, blocks, paths, nv, dense: bool | None = None):
+        self.blocks, self.paths, self.nv = tuple(blocks), paths, nv
+        if dense is None:
+            dense = len(paths) * 6 * nv <= DENSE_MAX_ENTRIES
+        self.dense = _densify(self.blocks, paths, nv) if dense else None
 
     @property
     def buckets(self) -> tuple:
@@ -64,12 +79,16 @@ class Blocks(eqx.Module):
 
     def apply(self, x):
         """``G x`` as (P, 6)."""
+        if self.dense is not None:
+            return jnp.einsum("kin,n->ki", self.dense, x)
         xe = jnp.concatenate([x, jnp.zeros(1, x.dtype)])
         parts = [jnp.einsum("kil,kl->ki", B, xe[bk.dofs]) for bk, B in zip(self.buckets, self.blocks)]
         return jnp.concatenate(parts)[_closure_order(self.paths, self.nv)]
 
     def apply_T(self, y):
         """``G^T y`` for ``y (P, 6)``."""
+        if self.dense is not None:
+            return jnp.einsum("kin,ki->n", self.dense, y)
         c = [jnp.einsum("kil,ki->kl", B, y[bk.ids]).reshape(-1) for bk, B in zip(self.buckets, self.blocks)]
         d = np.concatenate([bk.dofs.reshape(-1) for bk in self.buckets])
         return jnp.zeros(self.nv + 1, y.dtype).at[d].add(jnp.concatenate(c))[: self.nv]
@@ -77,6 +96,9 @@ class Blocks(eqx.Module):
     def gram_lower(self):
         """The lower triangle of ``G^T G (nv, nv)`` (upper triangle zero), block by block:
         only the entries a Cholesky factorisation reads are summed."""
+        if self.dense is not None:
+            G = self.dense.reshape(-1, self.nv)
+            return jnp.tril(G.T @ G)
         vals, (rows, cols) = [], _lower_pairs(self.paths, self.nv)
         for (sel, _), B in zip(_lower_sel(self.paths, self.nv), self.blocks):
             G2 = jnp.einsum("kil,kim->klm", B, B).reshape(-1)
@@ -88,6 +110,16 @@ class Blocks(eqx.Module):
         """``G^T G (nv, nv)``."""
         Lw = self.gram_lower()
         return Lw + Lw.T - jnp.diag(jnp.diagonal(Lw))
+
+
+def _densify(blocks, paths, nv):
+    """``(P, 6, nv)`` from the bucket blocks, by products with constant one-hot matrices."""
+    parts = []
+    for bk, B in zip(_buckets(paths, nv), blocks):
+        E = np.zeros(bk.dofs.shape + (nv + 1,))
+        np.put_along_axis(E, bk.dofs[..., None], 1.0, axis=-1)
+        parts.append(jnp.einsum("kil,kln->kin", B, jnp.asarray(E[..., :nv], B.dtype)))
+    return jnp.concatenate(parts)[_closure_order(paths, nv)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -142,12 +174,13 @@ class Factor(eqx.Module):
         unconstrained directions of ``x`` by ``eps kappa``) is refined away.
         """
         G, rho, M = self.G, self.rho, self.M
-        lam = jnp.zeros_like(b)
-        x = jnp.zeros_like(f)
-        for _ in range(iterations):
-            r = f - G.apply_T(lam + rho * (G.apply(x) - b)) - M @ x
-            x = x + self._solve(r)
-            lam = lam + rho * (G.apply(x) - b)
+        x = self._solve(f + G.apply_T(rho * b))                     # lambda_0 = 0, x_0 = 0
+        Gx, Mx = self._products(x)
+        lam = rho * (Gx - b)
+        for _ in range(iterations - 1):
+            x = x + self._solve(f - G.apply_T(lam + rho * (Gx - b)) - Mx)
+            Gx, Mx = self._products(x)
+            lam = lam + rho * (Gx - b)
         # The iterates' lambda holds rho times the part of b that no x can reach (the
         # inconsistency of redundant rows: round-off, or a Baumgarte target off the
         # manifold), and rho times the round-off of G x - b. The reported multipliers
@@ -164,6 +197,15 @@ class Factor(eqx.Module):
     def _solve(self, r):
         return jax.scipy.linalg.cho_solve((self.chol, True), r)
 
+    def _products(self, x):
+        """``(G x (P, 6), M x)``; one matrix kernel when ``G`` is dense."""
+        G = self.G
+        if G.dense is None:
+            return G.apply(x), self.M @ x
+        P = G.P
+        GM = jnp.concatenate([G.dense.reshape(6 * P, G.nv), self.M], 0) @ x
+        return GM[: 6 * P].reshape(P, 6), GM[6 * P:]
+
 
 def factor(M, G: Blocks, kappa: float = KAPPA) -> Factor:
     """Factor ``M + rho G^T G`` with ``rho = kappa mean(diag M) / max(diag G^T G)``."""
@@ -175,8 +217,8 @@ def factor(M, G: Blocks, kappa: float = KAPPA) -> Factor:
 
 
 def numerical_rank(M, G: Blocks, tol: float = 1e-8):
-    """Numerical rank of ``G`` in the metric of ``M`` (that of ``Lambda = G M^-1 G^T``),
-    rows equilibrated to unit norm: the ``closure_rank`` diagnostic.
+    """Numerical rank of ``G`` (that of ``Lambda = G M^-1 G^T``), rows equilibrated to unit
+    norm and columns scaled by ``diag(M)^-1/2``: the ``closure_rank`` diagnostic.
 
     Piecewise constant, so it carries no gradient; ``stop_gradient`` also keeps the
     eigenvalue derivative's ``1 / (l_i - l_j)`` of repeated eigenvalues out of reverse mode
@@ -185,9 +227,7 @@ def numerical_rank(M, G: Blocks, tol: float = 1e-8):
     M, blocks = lax.stop_gradient(M), lax.stop_gradient(G.blocks)
     norms = [jnp.sqrt(jnp.sum(B * B, axis=-1)) for B in blocks]
     Gn = Blocks(tuple(B / jnp.maximum(n, 1e-300)[..., None] for B, n in zip(blocks, norms)),
-                G.paths, G.nv)
-    L = jnp.linalg.cholesky(M)
-    W = jax.scipy.linalg.solve_triangular(L, Gn.gram(), lower=True)
-    W = jax.scipy.linalg.solve_triangular(L, W.T, lower=True)
-    ev = jnp.linalg.eigvalsh(0.5 * (W + W.T))
+                G.paths, G.nv, dense=G.dense is not None)
+    d = 1.0 / jnp.sqrt(jnp.diagonal(M))
+    ev = jnp.linalg.eigvalsh(Gn.gram() * d[:, None] * d[None, :])
     return jnp.sum(ev > tol * jnp.max(ev)).astype(M.dtype)

@@ -100,7 +100,7 @@ def kinematics(model, q, qd=None) -> Kinematics:
     inertia = sp.inertia_to_parent(E, r, model.spatial_inertias())
     if qd is None:
         return Kinematics(E, r, inertia, S)
-    vJ = jax.ops.segment_sum(S * qd[:, None], b, num_segments=lay.n_bodies)
+    vJ = treescan.dof_to_body(lay, S * qd[:, None])
     vel = treescan.ancestors_sum(lay, vJ)
     kappa = sp.cross_motion(vel, vJ)
     if any(kind == "universal" for kind, _, _ in lay.groups):

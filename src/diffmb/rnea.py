@@ -33,7 +33,7 @@ def body_forces(model, ws, qdd=None, f_ext=None, gravity=True):
     lay = layout(model)
     a = ws.acc
     if qdd is not None:
-        aJ = jax.ops.segment_sum(ws.S * qdd[:, None], lay.dof_body, num_segments=lay.n_bodies)
+        aJ = treescan.dof_to_body(lay, ws.S * qdd[:, None])
         a = a + treescan.ancestors_sum(lay, aJ)
     if gravity:
         g = gravity_acceleration(model)

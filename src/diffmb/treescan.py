@@ -26,7 +26,9 @@ joint kinds, e.g. a free root, often appear nowhere else) and the deeper levels 
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from . import spatial as sp
@@ -38,10 +40,24 @@ def _pad(x, value=0.0):
     return jnp.concatenate([x, fill], 0)
 
 
-#: Trees of at most this many bodies sum along root paths with one dense product by the
-#: (N, N) ancestor matrix (one kernel) instead of pointer-doubling rounds (three kernels
-#: per round). Set from measurements (experiments/bench_tree.py).
-DENSE_MAX_BODIES = 32
+#: Trees of at most this many bodies compose their poses body by body (unrolled; XLA
+#: fuses it into a few kernels, but the graph grows with the tree), larger ones by
+#: pointer doubling; and trees of at most ``DENSE_MAX_BODIES`` bodies sum along root
+#: paths by one product with the (N, N) ancestor matrix instead of doubling rounds.
+#: Measured (experiments/bench_tree.py --sweeps; kinematics + CRBA + RNEA of a revolute
+#: chain, one state, 2-core CPU), small forms / doubling: 4.4 / 5.8 us at N = 4, 8.4 /
+#: 13.8 at 16, 16.5 / 19.5 at 32, 45.5 / 55.6 at 64, 162 / 107 at 128; compile 0.26 /
+#: 0.33 s at 4, 0.35 / 0.48 at 16, 1.08 / 0.69 at 64, 2.59 / 0.73 at 128.
+UNROLL_MAX_BODIES = 16
+DENSE_MAX_BODIES = 64
+
+
+def dof_to_body(lay, x):
+    """``y_b = sum of x_j over the velocities j of body b's joint`` (x: ``(nv, ...)``)."""
+    if lay.n_bodies <= DENSE_MAX_BODIES:
+        B = jnp.asarray(lay.dof_body[None, :] == np.arange(lay.n_bodies)[:, None], x.dtype)
+        return (B @ x.reshape(lay.nv, -1)).reshape((lay.n_bodies,) + x.shape[1:])
+    return jax.ops.segment_sum(x, lay.dof_body, num_segments=lay.n_bodies)
 
 
 def _dense(lay, x, transpose):
@@ -75,6 +91,16 @@ def subtree_sum(lay, x):
 def compose_poses(lay, E, r):
     """World poses ``(E_i = [body world], r_i)`` from parent-to-body transforms ``(E, r)``."""
     N = lay.n_bodies
+    if N <= UNROLL_MAX_BODIES:
+        # a few bodies: one composition each, fused by XLA into a handful of kernels
+        Ew, rw = [], []
+        for i, p in enumerate(lay.parents):
+            if p < 0:
+                Ew.append(E[i]), rw.append(r[i])
+            else:
+                e2, r2 = sp.xform_compose(E[i], r[i], Ew[p], rw[p])
+                Ew.append(e2), rw.append(r2)
+        return jnp.stack(Ew), jnp.stack(rw)
     eye = jnp.eye(3, dtype=E.dtype)[None]
     E = jnp.concatenate([E, eye], 0)
     r = _pad(r)
