@@ -169,6 +169,12 @@ def save_grid(t0: float, t1: float, dt: float | None, saveat) -> np.ndarray:
     return np.linspace(t0, t1, n + 1)
 
 
+def _on_step_ends(ts, t0: float, dt: float) -> bool:
+    """Whether every save time is the end of a fixed step of size ``dt`` from ``t0``."""
+    k = (np.asarray(ts) - t0) / dt
+    return bool(np.all(np.abs(k - np.round(k)) < 1e-9))
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(4, math.ceil(math.log2(max(n, 1))))
 
@@ -265,6 +271,7 @@ def simulate(
         n_events=len(events),
         progress=bool(progress),
         check_violation=max_violation is not None,
+        project_saves=system.has_projection and not (fixed and _on_step_ends(ts, t0f, dt)),
         adjoint=adjoint,
         events=events,
     )
@@ -319,6 +326,7 @@ class _Run(eqx.Module):
     check_violation: bool = eqx.field(static=True)
     adjoint: str = eqx.field(static=True)
     events: tuple = eqx.field(static=True)
+    project_saves: bool = eqx.field(static=True, default=True)
 
 
 @eqx.filter_jit
@@ -392,9 +400,11 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     )
     valid = jnp.arange(n) < last
     safe_xs = jnp.where(valid[:, None], xs, x0[None, :])
-    if system.has_projection:
+    if run.project_saves:
         # save points inside a step come from the dense output, which is on the state
-        # manifold only to the solver's tolerance: project them like step ends
+        # manifold only to the solver's tolerance: project them like step ends (a
+        # fixed-step run whose save points are all step ends skips this: they are the
+        # projected step ends already)
         # (lax.map, not vmap: a vmapped batch of projections deadlocked XLA's CPU runtime
         # intermittently on a repeated call; one projection per save point is cheap)
         safe_xs = jax.lax.map(lambda x: system.project(x, params), safe_xs)

@@ -12,6 +12,9 @@ that axis), a weld a ``weld`` equality; each names a ``site`` on both bodies, so
 closure need not hold at the zero configuration. MuJoCo's equalities are soft (``solref``,
 ``solimp``); diffmb's are exact.
 
+Thin plates' inertias sit on the triangle inequality that MuJoCo checks; their two
+smaller principal moments are raised by 1e-9 of the largest (:func:`_triangle_safe`).
+
 MuJoCo's state conventions differ: a free joint's ``qpos`` is ``[position (world);
 quaternion w, x, y, z (body -> world)]`` and ``qvel`` ``[linear velocity (world); angular
 velocity (body)]``; a ball joint's ``qpos`` is a quaternion. :func:`to_mujoco_state`
@@ -38,8 +41,13 @@ def _quat_wxyz(R):
 
 
 def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "RK4",
-            solver: str = "Newton", name: str = "diffmb", solref=None) -> str:
-    """MJCF text of ``model`` with ``closures`` (:class:`~diffmb.closures.LoopClosures`)."""
+            solver: str = "Newton", name: str = "diffmb", solref=None, solimp=None) -> str:
+    """MJCF text of ``model`` with ``closures`` (:class:`~diffmb.closures.LoopClosures`).
+
+    ``solref``/``solimp``: MuJoCo's constraint softness for the equalities (its defaults
+    when ``None``); e.g. ``solref=(2 * timestep, 1)``, ``solimp=(0.9999, 0.9999, 0.001)``
+    make them nearly hard.
+    """
     children = [[] for _ in range(model.n_bodies)]
     roots = []
     for i, p in enumerate(model.parents):
@@ -52,6 +60,7 @@ def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "
     eq = []
     if closures is not None:
         ref = "" if solref is None else f' solref="{_f(solref)}"'
+        ref += "" if solimp is None else f' solimp="{_f(solimp)}"'
         for k, c in enumerate(closures.closures):
             nodes = []
             for side, bi in (("a", c.body_a), ("b", c.body_b)):
@@ -85,7 +94,7 @@ def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "
         R = tree_rot[i].T  # child (joint frame) -> parent
         lines.append(f'{pad}<body name="{model.body_names[i]}" pos="{_f(tree_pos[i])}" '
                      f'quat="{_f(_quat_wxyz(R))}">')
-        I = inertia[i]
+        I = _triangle_safe(inertia[i])
         lines.append(f'{pad}  <inertial pos="{_f(com[i])}" mass="{mass[i]:.17g}" '
                      f'fullinertia="{_f([I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]])}"/>')
         s, _ = model.body_slices[i]
@@ -120,6 +129,20 @@ def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "
             '  <worldbody>']
     tail = ['  </worldbody>'] + (['  <equality>'] + eq + ['  </equality>'] if eq else []) + ['</mujoco>']
     return "\n".join(head + lines + tail)
+
+
+def _triangle_safe(I, slack: float = 1e-9):
+    """``I`` with its two smaller principal moments raised just enough (``slack`` of the
+    largest) to satisfy MuJoCo's triangle-inequality check: a thin plate sits exactly on
+    it (``Ixx + Iyy = Izz``), which that check can refuse by a round-off. (MuJoCo's own
+    ``balanceinertia`` would instead replace all three moments by their mean.)"""
+    I = np.asarray(I, float)
+    w, V = np.linalg.eigh(I)
+    if w[2] <= 0 or w[0] + w[1] >= w[2] * (1 + slack):
+        return I
+    bump = 0.5 * (w[2] * (1 + slack) - w[0] - w[1])
+    w = w + np.array([bump, bump, 0.0])
+    return V @ np.diag(w) @ V.T
 
 
 def to_mujoco_state(model, q, qd=None):
