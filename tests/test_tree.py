@@ -285,7 +285,7 @@ def test_random_tree_aba_rnea_crba_agree(name, state_seed):
     model = _model(name)
     q, qd = random_state(model, state_seed)
     tau = _rand_tau(model, state_seed)
-    out = {k: np.asarray(v) for k, v in _consistency(model, q, qd, tau).items()}
+    out = {k: np.asarray(v) for k, v in jax.jit(_consistency)(model, q, qd, tau).items()}
     M, C, qdd = out["M"], out["C"], out["qdd"]
     np.testing.assert_allclose(M @ qdd + C, tau, atol=1e-10)
     np.testing.assert_allclose(out["tau_id"], tau, atol=1e-10)
@@ -303,7 +303,7 @@ def test_random_tree_satisfies_lagrange_equations(name):
     for s in (0,):
         q, qd = random_state(model, s + 10)
         tau = _rand_tau(model, s)
-        res, qdd = _lagrange_residual(model, q, qd, tau)
+        res, qdd = jax.jit(_lagrange_residual)(model, q, qd, tau)
         scale = max(1.0, float(np.abs(qdd).max()))
         np.testing.assert_allclose(res, 0.0, atol=1e-9 * scale)
 
@@ -494,7 +494,7 @@ def _central_fd(f, x, eps=1e-6):
     return np.stack(cols, -1)
 
 
-JAC_FD = jax.jacfwd(diffmb.forward_dynamics, argnums=(1, 2))
+JAC_FD = jax.jit(jax.jacfwd(diffmb.forward_dynamics, argnums=(1, 2)))
 
 
 def test_jacfwd_forward_dynamics_matches_finite_differences():
@@ -512,7 +512,8 @@ def _param_loss(model, q, qd, tau, w):
     return jnp.dot(w, diffmb.forward_dynamics(model, q, qd, tau)) + diffmb.energy(model, q, qd)
 
 
-PARAM_GRAD = jax.grad(_param_loss)
+PARAM_GRAD = jax.jit(jax.grad(_param_loss))
+PARAM_LOSS = jax.jit(_param_loss)
 
 
 def test_grad_wrt_model_parameters_matches_finite_differences():
@@ -521,7 +522,7 @@ def test_grad_wrt_model_parameters_matches_finite_differences():
     tau = _rand_tau(model, 8)
     w = np.random.default_rng(9).normal(size=model.nv)
     g = PARAM_GRAD(model, q, qd, tau, w)
-    loss = lambda m: float(_param_loss(m, q, qd, tau, w))  # noqa: E731
+    loss = lambda m: float(PARAM_LOSS(m, q, qd, tau, w))  # noqa: E731
     eps = 1e-6
 
     def fd(where, idx):
@@ -560,8 +561,8 @@ def test_vmap_over_states_matches_loop():
     Q = np.stack([s[0] for s in states])
     QD = np.stack([s[1] for s in states])
     TAU = np.stack([_rand_tau(model, s) for s in range(4)])
-    batched = jax.vmap(diffmb.forward_dynamics, in_axes=(None, 0, 0, 0))(model, Q, QD, TAU)
-    loop = np.stack([FD(model, Q[k], QD[k], TAU[k]) for k in range(4)])
+    batched = jax.jit(jax.vmap(diffmb.forward_dynamics, in_axes=(None, 0, 0, 0)))(model, Q, QD, TAU)
+    loop = np.stack([FD_JIT(model, Q[k], QD[k], TAU[k]) for k in range(4)])
     np.testing.assert_allclose(batched, loop, atol=1e-12)
 
 
@@ -573,8 +574,8 @@ def test_vmap_over_stacked_parameter_sets_matches_loop():
     assert stacked.mass.shape == (3, models[0].n_bodies)
     q, qd = random_state(models[0], 0)
     tau = _rand_tau(models[0], 0)
-    batched = eqx.filter_vmap(lambda m: diffmb.forward_dynamics(m, q, qd, tau))(stacked)
-    loop = np.stack([FD(m, q, qd, tau) for m in models])
+    batched = eqx.filter_jit(eqx.filter_vmap(lambda m: diffmb.forward_dynamics(m, q, qd, tau)))(stacked)
+    loop = np.stack([FD_JIT(m, q, qd, tau) for m in models])
     np.testing.assert_allclose(batched, loop, atol=1e-12)
     assert not np.allclose(loop[0], loop[1])
 

@@ -44,6 +44,7 @@ from . import spatial as sp
 from .kinematics import kinematics, point_frames
 from .layout import layout
 from .model import Model
+from .tree import coordinate_rates
 
 ROW_NAMES = ("rx", "ry", "rz", "tx", "ty", "tz")
 KINDS = {
@@ -352,8 +353,6 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
     origami states are singular). Raises ValueError naming the closure whose residual at
     ``q0`` exceeds ``check_tol``.
     """
-    from .tree import coordinate_rates
-
     closures = nodes.closures
     rows = row_index(closures)
     labels = row_labels(closures)

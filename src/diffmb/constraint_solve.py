@@ -41,6 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .closures import buckets
+
 #: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring).
 KAPPA = 1e8
 ITERATIONS = 3
@@ -124,8 +126,6 @@ def _densify(blocks, paths, nv):
 
 @functools.lru_cache(maxsize=256)
 def _buckets(paths, nv):
-    from .closures import buckets
-
     return buckets(paths, nv)
 
 

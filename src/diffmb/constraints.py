@@ -47,6 +47,7 @@ from .closures import (  # noqa: F401  (the closure vocabulary, re-exported)
     row_labels,
 )
 from .kinematics import kinematics
+from .tree import coordinate_rates
 
 
 def blocks(ws, nodes, nv) -> solve.Blocks:
@@ -105,8 +106,6 @@ def project_state(model, q, qd, nodes, iterations: int = 3):
     once converged: after an integrator step, one iteration already is). Both
     corrections are constraint impulses, so they conserve total momentum.
     """
-    from .tree import coordinate_rates
-
     nv = model.nv
     mask = jnp.asarray(nodes.mask(), q.dtype)
     zero = jnp.zeros(nv, q.dtype)

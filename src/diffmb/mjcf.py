@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import spatial as sp
+from .tree import forward_kinematics
 
 KIND = {"revolute": "hinge", "prismatic": "slide", "spherical": "ball"}
 
@@ -147,8 +148,6 @@ def _triangle_safe(I, slack: float = 1e-9):
 
 def to_mujoco_state(model, q, qd=None):
     """``(qpos, qvel)`` in MuJoCo's conventions (see module docstring) from diffmb's."""
-    from .tree import forward_kinematics
-
     q = np.asarray(q, float)
     qd = np.zeros_like(q) if qd is None else np.asarray(qd, float)
     dcm, pos = (np.asarray(x) for x in forward_kinematics(model, q))
