@@ -546,6 +546,14 @@ class CutJointSystem(System):
         paths (:func:`diffmb.closures.jacobian_blocks`), mapped by ``P``."""
         return self._jacobian(self.workspace(q, None, params), params)
 
+    def terms(self, t, q, u, params):
+        """``(workspace, M, nl, F, C)`` at one state: the inertia, nonlinear and active
+        forces of eqs. (3)-(4) and the closure Jacobian of eq. (12), from one workspace."""
+        ws = self.workspace(q, u, params)
+        M = self._mass(ws, params["models"])
+        nl, _ = self._tree_forces(q, u, params, ws)
+        return ws, M, nl, self.active_forces(t, q, u, params, ws), self._jacobian(ws, params)
+
     def _velocity_product(self, ws, params):
         """``C_dot u`` at the workspace's state (eq. 9's ``-gamma``), from its bias accelerations."""
         return cl.velocity_product(ws, self._loops(params)).reshape(-1)[np.asarray(self.kept_rows)]
@@ -707,12 +715,7 @@ class KaneSystem(CutJointSystem):
         ``M``, ``nl``, ``F``, ``lu`` (LU of ``C_D``), ``repartitioned``.
         """
         n, p = self.n, self.n_independent
-        models = params["models"]
-        ws = self.workspace(q, u, params)
-        M = self._mass(ws, models)
-        nl, _ = self._tree_forces(q, u, params, ws)
-        F = self.active_forces(t, q, u, params, ws)
-        C = self._jacobian(ws, params)
+        ws, M, nl, F, C = self.terms(t, q, u, params)
         perm, lu, switched = self.partition(C)
         Cp = jnp.take(C, perm, axis=1)
         A = -jax.scipy.linalg.lu_solve(lu, Cp[:, :p])                   # eq. (13)
@@ -747,12 +750,7 @@ class MultiplierSystem(CutJointSystem):
     formulation = "dae"
 
     def accelerations(self, t, q, u, params):
-        models = params["models"]
-        ws = self.workspace(q, u, params)
-        M = self._mass(ws, models)
-        nl, _ = self._tree_forces(q, u, params, ws)
-        F = self.active_forces(t, q, u, params, ws)
-        D = self._jacobian(ws, params)
+        ws, M, nl, F, D = self.terms(t, q, u, params)
         gamma = -self._velocity_product(ws, params)                       # eq. (9)
         if self.stabilization == "baumgarte":
             a, b = params["baumgarte"]["a"], params["baumgarte"]["b"]
