@@ -25,7 +25,8 @@ from diffmb.plot import plot_trajectory
 from diffmb.system import System
 from diffmb.trajectory import Trajectory
 
-JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "energy", "final", "status"}
+JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "energy", "angular_momentum",
+             "violation", "final", "status", "warnings"}
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--chunks", "4", "--quiet"]
 
 
@@ -47,10 +48,12 @@ def test_run_double_pendulum_writes_everything(tmp_path):
     out, js = tmp_path / "out", tmp_path / "out.json"
     assert cli.main(["run", "double-pendulum", "--t1", "0.5", "--json", str(js), "--out", str(out), "--quiet"]) == 0
     rep = _json(js)
-    assert set(rep) == JSON_KEYS  # no constraints, fixed base: no violation / angular momentum
+    assert set(rep) == JSON_KEYS
+    assert rep["violation"] is None and rep["angular_momentum"] is None  # no constraints, fixed base
+    assert rep["warnings"] == []
     assert rep["scenario"] == "double-pendulum" and rep["solver"] == "rk4" and rep["status"] == "success"
     assert rep["t1"] == 0.5 and rep["dt"] == 1e-3 and rep["steps"] == 500
-    assert set(rep["energy"]) == {"initial", "final", "max_abs_change", "max_rel_change"}
+    assert set(rep["energy"]) == {"quantity", "initial", "final", "max_abs_change", "max_rel_change"}
     assert rep["energy"]["max_rel_change"] < 1e-9  # RK4, dt = 1 ms, conservative system
     assert rep["wall_s"] >= 0 and rep["compile_s"] >= 0
     assert list(rep["final"]) == ["theta1", "theta2", "theta1_dot", "theta2_dot"]
@@ -147,14 +150,17 @@ def test_interrupt_keeps_partial_and_resume_matches(tmp_path, monkeypatch, capsy
     np.testing.assert_allclose(done.xs, ref.xs, rtol=0, atol=1e-12)
 
 
-def test_resume_with_other_parameters_starts_fresh(tmp_path, monkeypatch, capsys):
+def test_resume_with_other_parameters_is_refused_unless_discarded(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "_after_chunk", lambda k, t: (_ for _ in ()).throw(KeyboardInterrupt))
     assert cli.main(PENDULUM + ["--out", str(tmp_path)]) == 130
     monkeypatch.setattr(cli, "_after_chunk", None)
-    argv = [a for a in PENDULUM if a != "--quiet"] + ["--out", str(tmp_path), "--resume", "--no-plot"]
-    assert cli.main(argv + ["--set", "l=2"]) == 0
-    err = capsys.readouterr().err
-    assert "does not match" in err and "parameters" in err
+    capsys.readouterr()
+    argv = PENDULUM + ["--out", str(tmp_path), "--resume", "--no-plot"]
+    assert cli.main(argv + ["--set", "l=2"]) == 2  # --quiet or not: the refusal is said
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not match" in err[0] and "parameters" in err[0] and "--discard" in err[0]
+    assert (tmp_path / "pendulum.partial.npz").exists()  # the interrupted run's work is kept
+    assert cli.main(argv + ["--set", "l=2", "--discard"]) == 0
     traj, meta = Trajectory.load(tmp_path / "pendulum.npz")
     assert meta["parameters"]["l"] == 2.0 and int(traj.n_steps) == 400
 
@@ -219,7 +225,7 @@ def test_json_report_with_momentum_and_violation():
     traj = _synthetic()
     cfg = SimpleNamespace(name="syn", t1=1.0, dt=None, solver="dopri5")
     rep = cli.report(cfg, cli.RunResult(traj=traj, wall_s=0.1, compile_s=1.0))
-    assert set(rep) == JSON_KEYS | {"angular_momentum", "violation"}
+    assert set(rep) == JSON_KEYS
     assert rep["dt"] is None
     assert rep["angular_momentum"]["max_abs_change"] == pytest.approx(1e-8)
     assert rep["violation"] == pytest.approx({"position_max": 2e-12, "velocity_max": 2e-10})

@@ -263,19 +263,68 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
                        devices=nd, chunks=len(starts), members=list(members or []))
 
 
-def member_values(ranges: dict, fixed: dict, n: int, *, sample="linspace", seed=0) -> list:
-    """``n`` member override dicts: ``ranges`` ``{name: (lo, hi)}`` spread over the batch
-    (``linspace``: member i at ``lo + (hi - lo) i / (n - 1)`` for every ranged name
-    together; ``random``: independent uniform draws from ``seed``), ``fixed`` added to all."""
-    if n < 1:
+SAMPLES = ("linspace", "grid", "random")
+
+
+def member_values(ranges: dict, fixed: dict, n: int | None, *, sample="linspace", seed=0) -> list:
+    """Member override dicts: ``ranges`` ``{name: (lo, hi)}`` (or ``(lo, hi, count)`` for
+    a grid axis) spread over ``n`` members, ``fixed`` added to all.
+
+    ``linspace``: member i at ``lo + (hi - lo) i / (n - 1)`` for every ranged name together
+    (the diagonal); ``grid``: every combination, ``count`` points per axis (an axis
+    without a count gets the integer root of ``n``; ``n`` must then be that power, or
+    ``None`` when every axis has its count), the first name varying slowest;
+    ``random``: independent uniform draws from ``seed``.
+    """
+    if sample not in SAMPLES:
+        raise ValueError(f"sample: one of {', '.join(SAMPLES)}, got {sample!r}")
+    counts = {k: (int(r[2]) if len(r) > 2 else None) for k, r in ranges.items()}
+    if sample != "grid" and any(c is not None for c in counts.values()):
+        raise ValueError("a point count per range (lo:hi:n) is for --sample grid")
+    if sample == "grid":
+        return _grid(ranges, counts, fixed, n)
+    if n is None or n < 1:
         raise ValueError(f"batch size must be positive, got {n}")
-    if sample not in ("linspace", "random"):
-        raise ValueError(f"sample: 'linspace' or 'random', got {sample!r}")
     rng = np.random.default_rng(seed)
     cols = {}
-    for name, (lo, hi) in ranges.items():
+    for name, (lo, hi, *_) in ranges.items():
         cols[name] = np.linspace(lo, hi, n) if sample == "linspace" else rng.uniform(lo, hi, n)
     return [{**fixed, **{k: float(v[i]) for k, v in cols.items()}} for i in range(n)]
+
+
+def _grid(ranges, counts, fixed, n):
+    free = [k for k, c in counts.items() if c is None]
+    given = int(np.prod([c for c in counts.values() if c is not None] or [1]))
+    if free:
+        if n is None or n < 1 or n % given:
+            raise ValueError(f"grid: batch {n} is not a multiple of the {given} points given per axis")
+        per = round((n // given) ** (1 / len(free)))
+        if per**len(free) * given != n:
+            near = max(per, 1) ** len(free) * given
+            raise ValueError(f"grid: batch {n} is not {given} x a {len(free)}-th power for "
+                             f"{', '.join(free)}; use --batch {near} or {(per + 1) ** len(free) * given}, "
+                             f"or give each axis its count as NAME=lo:hi:n")
+        counts = {k: (per if c is None else c) for k, c in counts.items()}
+    elif n is not None and n != given:
+        raise ValueError(f"grid: the axes give {given} points, but batch is {n}")
+    if any(c < 1 for c in counts.values()):
+        raise ValueError(f"grid: every axis needs at least 1 point, got {counts}")
+    axes = [np.linspace(lo, hi, counts[k]) for k, (lo, hi, *_) in ranges.items()]
+    mesh = [a.ravel() for a in np.meshgrid(*axes, indexing="ij")] if axes else []
+    size = mesh[0].size if mesh else 1
+    return [{**fixed, **{k: float(m[i]) for k, m in zip(ranges, mesh)}} for i in range(size)]
+
+
+def sweep_scenario(scenario, ranges: dict, fixed: dict | None = None, n: int | None = None, *,
+                   sample="linspace", seed=0, stabilization=None, **run) -> SweepResult:
+    """Sweep a scenario over parameter ranges (:func:`member_values`), members' values in
+    the result's ``rows()``; ``run``: :func:`sweep`'s options (``t1``, ``dt``, ...)."""
+    from . import scenarios
+
+    sc = scenarios.get(scenario) if isinstance(scenario, str) else scenario
+    members = member_values(ranges, dict(fixed or {}), n, sample=sample, seed=seed)
+    system, params = scenario_batch(sc, members, stabilization)
+    return sweep(system, params, members=members, **run)
 
 
 def scenario_batch(scenario, members: list, stabilization=None):

@@ -19,35 +19,39 @@ the number of steps is preferred, keeping chunk ends on step ends); 20 chunks fo
 adaptive solvers.
 
 After every chunk the run so far is written atomically to ``<out>/<scenario>.partial.npz``
-(``complete=False`` in its metadata). Ctrl-C keeps that file (exit code 130) and
-``--resume`` continues from it when its scenario, parameters, solver, dt, t1 (and
-stabilization, rtol, atol and chunk count) match. At the end ``<out>/<scenario>.npz``
+(``complete=False`` in its metadata). Ctrl-C keeps that file (exit code 130; the chunk
+in flight finishes first, a second Ctrl-C stops at once) and ``--resume`` continues from
+it when its scenario, parameters, solver, dt, t1 (and stabilization, rtol, atol and
+chunk count) match; when they do not, ``--resume`` is refused (exit 2, naming what
+differs) unless ``--discard`` is given. Output paths are checked before any work. At the end ``<out>/<scenario>.npz``
 (``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
 are written and the partial file is removed (``--animate``: also ``<out>/<scenario>.gif``,
 origami scenarios only). A chunk that ends with an event or a
 divergence stops the run: what was computed is kept and written as usual.
 
-Timing: ``compile_s`` is the first chunk's time minus the median time of the later
-chunks (with a single chunk, that chunk is run a second time and the difference is
-used), clamped at 0; ``wall_s`` is the total time of the chunks minus ``compile_s``,
-i.e. the simulation alone. File writing and plotting are not included. After
-``--resume`` both cover only the chunks run by this process, while ``steps`` counts the
-whole trajectory.
+Timing: ``compile_s`` is the ahead-of-time compile of the chunk (trace, lower, XLA
+compile: :func:`~diffmb.integrate.compile_simulation`), done once before the first
+chunk; ``wall_s`` is the time of the compiled chunks, i.e. the simulation alone. Nothing
+is run twice. File writing and plotting are not included. After ``--resume`` both cover
+only this process, while ``steps`` counts the whole trajectory.
 
-Status: ``success`` (reached ``t1``), ``event`` (a termination event stopped it) or
+Status: ``success`` (reached ``t1``), ``suspect`` (reached ``t1``, but the energy or
+angular momentum jumped in one save interval: :mod:`diffmb.health`; the JSON's
+``warnings`` say where and by how much, and they are printed), ``event`` (a termination event stopped it) or
 ``diverged`` (non-finite state, violation above bound, step-size collapse — and also
 diffrax's ``max_steps``, which a fixed-step chunk never reaches and an adaptive chunk
-reaches only when its step size has collapsed). Exit code 0 for ``success`` and
-``event``, 1 for ``diverged``, 2 for bad input, 130 when interrupted.
+reaches only when its step size has collapsed). Exit code 0 for ``success``,
+``suspect`` and ``event``, 1 for ``diverged``, 2 for bad input, 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
-import statistics
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -57,11 +61,12 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
-from . import __version__, cli_design, scenarios
-from .integrate import FIXED_SOLVERS, SOLVERS, save_grid, simulate
+from . import __version__, cli_design, health, scenarios
+from .integrate import FIXED_SOLVERS, SOLVERS, compile_simulation, save_grid
+from . import trajectory
 from .trajectory import Trajectory, concatenate
 
-DEFAULT_OUT = "diffmb-runs"
+DEFAULT_OUT = "out"
 STABILIZATIONS = ("none", "baumgarte", "projection")
 MAX_STEPS_PER_CHUNK = 1000
 MAX_DEFAULT_CHUNKS = 20
@@ -109,7 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     r.add_argument("--chunks", type=int, metavar="N", help="number of chunks (default: automatic)")
     r.add_argument("--resume", action="store_true",
-                   help="continue from <out>/<scenario>.partial.npz when it matches")
+                   help="continue from <out>/<scenario>.partial.npz; refused (exit 2) when its "
+                        "settings differ from this run's")
+    r.add_argument("--discard", action="store_true",
+                   help="with --resume: start fresh when the partial file does not match "
+                        "(it is replaced)")
     lz = sub.add_parser("linearize", help="linearize a tensegrity scenario", description=(
         "Linearize a tensegrity scenario about its static equilibrium (Hsu et al. sections 2.5, "
         "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
@@ -162,6 +171,8 @@ class RunConfig:
     chunks_given: bool
     resume: bool
     animate: bool = False
+    discard: bool = False
+    conserved: tuple | None = None  # diagnostics the physics conserves (health checks)
 
     @property
     def partial_path(self) -> Path:
@@ -191,16 +202,51 @@ def resolve(args) -> RunConfig:
         dt = float(sc.dt)
     rtol = _positive("rtol", args.rtol if args.rtol is not None else sc.rtol)
     atol = _positive("atol", args.atol if args.atol is not None else sc.atol)
+    if dt is not None and dt > t1:
+        raise UsageError(f"--dt {dt:g} s is longer than the run (--t1 {t1:g} s): one step would "
+                         f"span the whole motion; give a step well below t1")
     if args.chunks is not None and args.chunks < 1:
         raise UsageError(f"--chunks must be at least 1, got {args.chunks}")
+    check_outputs(out_dir=args.out, json_path=args.json)
     chunks = args.chunks or default_chunks(t1, dt if solver in FIXED_SOLVERS else None)
     return RunConfig(
         name=sc.name, system=system, params=params, values=values, t1=float(t1), dt=dt,
         solver=solver, rtol=float(rtol), atol=float(atol), stabilization=stabilization,
         out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
         chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
-        animate=bool(getattr(args, "animate", False)),
+        animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
+        conserved=tuple(sc.conserved(values)),
     )
+
+
+def check_outputs(*, out_dir: Path | None = None, json_path: Path | None = None, files=()):
+    """Refuse, before any work, output paths that cannot be written (UsageError).
+
+    ``out_dir`` must be a folder (it is created) that accepts files; ``json_path`` and
+    every ``(flag, path)`` of ``files`` must not be a folder, and their folder must
+    accept files.
+    """
+    def writable_dir(d: Path, flag: str):
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"{flag} {d}: exists and is not a folder")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{flag} {d}: cannot create the folder ({e.strerror or e})") from None
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {d}: the folder is not writable")
+
+    if out_dir is not None:
+        writable_dir(Path(out_dir), "--out")
+    for flag, path in ([("--json", json_path)] + list(files)):
+        if path is None:
+            continue
+        path = Path(path)
+        if path.is_dir():
+            raise UsageError(f"{flag} {path}: is a folder; give a file name inside it")
+        writable_dir(path.parent, flag)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path}: the file exists and is not writable")
 
 
 def default_chunks(t1: float, dt: float | None) -> int:
@@ -224,7 +270,6 @@ class RunResult:
     compile_s: float = 0.0
     wall_s: float = 0.0
     interrupted: bool = False
-    rerun_s: float | None = None
 
 
 def _chunk_settings(cfg: RunConfig) -> dict:
@@ -267,22 +312,22 @@ def load_partial(cfg: RunConfig):
     diff = [k for k in want if meta.get(k) != want[k]]
     done = meta.get("chunks_done")
     if diff or meta.get("complete") or traj.status != "success" or not isinstance(done, int):
-        why = f"its {', '.join(diff)} differ" if diff else "it is not a resumable partial run"
-        _note(cfg, f"--resume: {path} does not match this run ({why}); starting fresh")
+        why = (", ".join(f"{k} {meta.get(k)!r} there, {want[k]!r} here" for k in diff) if diff
+               else "it is not a resumable partial run")
+        if not cfg.discard:
+            raise UsageError(f"--resume: {path} does not match this run ({why}); run with the same "
+                             f"settings, or add --discard to replace it")
+        _note(cfg, f"--resume --discard: {path} does not match this run ({why}); starting fresh")
         return None, 0
     _note(cfg, f"resuming from {path} at t = {float(traj.t_final):.6g} s")
     return traj, done
 
 
-def _simulate_chunk(cfg, settings, k, x0):
+def _chunk_args(cfg, settings, k, x0) -> dict:
     t0, t1 = cfg.t1 * k / cfg.chunks, cfg.t1 * (k + 1) / cfg.chunks
     dt = cfg.dt if settings["steps"] is None else (t1 - t0) / settings["steps"]
-    start = time.perf_counter()
-    tr = simulate(cfg.system, t0=t0, t1=t1, x0=x0, params=cfg.params, dt=dt, solver=cfg.solver,
-                  rtol=cfg.rtol, atol=cfg.atol, saveat=settings["saveat"],
-                  max_steps=settings["max_steps"])
-    jax.block_until_ready(tr)
-    return tr, time.perf_counter() - start
+    return dict(t0=t0, t1=t1, x0=x0, params=cfg.params, dt=dt, solver=cfg.solver, rtol=cfg.rtol,
+                atol=cfg.atol, saveat=settings["saveat"], max_steps=settings["max_steps"])
 
 
 def _progress(cfg, start_t):
@@ -291,46 +336,72 @@ def _progress(cfg, start_t):
                            "[{elapsed}<{remaining}]")
 
 
-def run_chunks(cfg: RunConfig) -> RunResult:
-    """Run the chunks, saving the partial file after each; stops early on event/divergence."""
+def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
+    """Compile once ahead of time, then run the chunks, saving the partial file after each;
+    stops early on event/divergence, or after the chunk in flight when interrupted.
+    ``start``: ``(trajectory, chunks_done)`` of a resumed run (default: read with
+    :func:`load_partial` when ``cfg.resume``)."""
     res = RunResult()
-    res.traj, res.chunks_done = load_partial(cfg) if cfg.resume else (None, 0)
+    if start is None:
+        start = load_partial(cfg) if cfg.resume else (None, 0)
+    res.traj, res.chunks_done = start
     settings = _chunk_settings(cfg)
-    x0 = cfg.system.init_state(cfg.params) if res.traj is None else res.traj.x_final
-    bar = _progress(cfg, cfg.t1 * res.chunks_done / cfg.chunks)
+    bar = None
     try:
-        x_start = x0
-        for k in range(res.chunks_done, cfg.chunks):
-            x_start = x0
-            tr, seconds = _simulate_chunk(cfg, settings, k, x_start)
-            res.times.append(seconds)
-            res.traj = tr if res.traj is None else concatenate([res.traj, tr])
-            res.chunks_done = k + 1
-            save_partial(cfg, res)
-            bar.update(float(tr.t_final) - bar.n)
-            if _after_chunk is not None:
-                _after_chunk(k, res.traj)
-            if tr.status != "success":
-                break
-            x0 = tr.x_final
-        if len(res.times) == 1:  # time the compiled chunk once more to separate compilation
-            res.rerun_s = _simulate_chunk(cfg, settings, res.chunks_done - 1, x_start)[1]
+        with _interrupts() as interrupted:
+            x0 = cfg.system.init_state(cfg.params) if res.traj is None else res.traj.x_final
+            bar = _progress(cfg, cfg.t1 * res.chunks_done / cfg.chunks)
+            run = None
+            for k in range(res.chunks_done, cfg.chunks):
+                args = _chunk_args(cfg, settings, k, x0)
+                if run is None:
+                    run, res.compile_s = compile_simulation(cfg.system, **args)
+                if interrupted():
+                    raise KeyboardInterrupt
+                start = time.perf_counter()
+                tr = jax.block_until_ready(run(**args))
+                res.times.append(time.perf_counter() - start)
+                res.traj = tr if res.traj is None else concatenate([res.traj, tr])
+                res.chunks_done = k + 1
+                save_partial(cfg, res)
+                bar.update(float(tr.t_final) - bar.n)
+                if _after_chunk is not None:
+                    _after_chunk(k, res.traj)
+                if interrupted():
+                    raise KeyboardInterrupt
+                if tr.status != "success":
+                    break
+                x0 = tr.x_final
     except KeyboardInterrupt:
         res.interrupted = True
     finally:
-        bar.close()
-    _timing(res)
+        if bar is not None:
+            bar.close()
+    res.wall_s = sum(res.times)
     return res
 
 
-def _timing(res: RunResult):
-    """compile_s = first chunk - median of the others (or of its rerun); wall_s = the rest."""
-    t = res.times
-    if not t:
+@contextlib.contextmanager
+def _interrupts():
+    """Ctrl-C sets a flag checked between chunks (a signal that arrives while XLA runs is
+    otherwise delivered inside a host callback, where it can be swallowed); a second
+    Ctrl-C interrupts at once."""
+    hits = []
+
+    def handler(signum, frame):
+        hits.append(signum)
+        if len(hits) > 1:
+            raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield lambda: False
         return
-    later = t[1:] or ([res.rerun_s] if res.rerun_s is not None else [])
-    res.compile_s = max(0.0, t[0] - statistics.median(later)) if later else 0.0
-    res.wall_s = sum(t) - res.compile_s
+    try:
+        yield lambda: bool(hits)
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def save_partial(cfg: RunConfig, res: RunResult):
@@ -338,16 +409,24 @@ def save_partial(cfg: RunConfig, res: RunResult):
 
 
 # --------------------------------------------------------------------------- outputs
-def json_status(traj) -> str:
-    """``success`` | ``event`` | ``diverged`` (diffrax's max_steps counts as diverged)."""
+def json_status(traj, warnings=()) -> str:
+    """``success`` | ``suspect`` (reached t1, but a health check failed: see ``warnings``)
+    | ``event`` | ``diverged`` (diffrax's max_steps counts as diverged)."""
     s = traj.status
+    if s == "success" and warnings:
+        return "suspect"
     return s if s in ("success", "event") else "diverged"
 
 
 def report(cfg: RunConfig, res: RunResult) -> dict:
-    """The ``--json`` object (see the module docstring)."""
+    """The ``--json`` object (see the module docstring). Every key is always present:
+    ``null`` where it does not apply (no momentum, no constraints) or is not a finite
+    number (a diverged state)."""
     traj = res.traj
     summ = traj.summary()
+    conserved = getattr(cfg, "conserved", None) or ()
+    warnings = health.check(traj, conserved, energy_name=summ.get("energy", {}).get("quantity", "energy"))
+    v = summ.get("violation")
     out = {
         "scenario": cfg.name,
         "t1": cfg.t1,
@@ -357,21 +436,32 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
         "wall_s": res.wall_s,
         "compile_s": res.compile_s,
         "energy": summ.get("energy"),
+        "angular_momentum": ({"max_abs_change": summ["angular_momentum"]["max_abs_change"]}
+                             if "angular_momentum" in summ else None),
+        "violation": (None if v is None else
+                      {"position_max": v.get("position_max"), "velocity_max": v.get("velocity_max")}),
+        "final": traj.final,
+        "status": json_status(traj, warnings),
+        "warnings": warnings,
     }
-    if "angular_momentum" in summ:
-        out["angular_momentum"] = {"max_abs_change": summ["angular_momentum"]["max_abs_change"]}
-    if traj.violation:
-        v = summ.get("violation", {})
-        out["violation"] = {"position_max": v.get("position_max"), "velocity_max": v.get("velocity_max")}
-    out["final"] = traj.final
-    out["status"] = json_status(traj)
-    return out
+    return _finite(out)
+
+
+def _finite(obj):
+    """``obj`` with every non-finite float replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def _write_json(path: Path, obj: dict):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n")
     os.replace(tmp, path)
 
 
@@ -385,7 +475,7 @@ def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
     if cfg.plot:
         from .plot import plot_trajectory
 
-        files += plot_trajectory(traj, cfg.out, title=cfg.name, prefix=f"{cfg.name}_")
+        files += plot_trajectory(traj, cfg.out, title=cfg.name, prefix=f"{cfg.name}_", system=cfg.system)
     if cfg.animate:
         from .origami.animate import animate_scenario
 
@@ -408,12 +498,16 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
         ("wall", f"{res.wall_s:.3g} s simulation"),
         ("compile", f"{res.compile_s:.3g} s"),
         ("energy", "n/a" if e is None else
-         f"max |E - E0| = {e['max_abs_change']:.3g} (relative {e['max_rel_change']:.3g})"),
+         f"max |E - E0| = {e['max_abs_change']:.3g}" + (
+             f" (relative {e['max_rel_change']:.3g})" if e["max_rel_change"] is not None else
+             " (E0 = 0: no relative change)") + (
+             f"; tracked: {e['quantity']}" if e["quantity"] != trajectory.ENERGY else "")),
     ]
-    if "angular_momentum" in obj:
+    if obj["angular_momentum"] is not None:
         rows.append(("momentum", f"max |h - h0| = {obj['angular_momentum']['max_abs_change']:.3g}"))
     rows.append(("violation", "no constraints" if v is None else
                  ", ".join(f"{k} {x:.3g}" for k, x in v.items() if x is not None)))
+    rows += [("warning", w["message"]) for w in obj["warnings"]]
     rows.append(("files", f"{cfg.out}/: " + ", ".join(
         str(p.relative_to(cfg.out)) if p.is_relative_to(cfg.out) else str(p) for p in files)))
     print(_table(rows, header=None))
@@ -436,16 +530,20 @@ def cmd_list() -> int:
 def cmd_run(args) -> int:
     try:
         cfg = resolve(args)
+        start = load_partial(cfg) if cfg.resume else (None, 0)
     except (ValueError, TypeError, UsageError) as e:
         return _fail(e)
-    res = run_chunks(cfg)
+    res = run_chunks(cfg, start)
     if res.interrupted:
         where = (f"partial results up to t = {float(res.traj.t_final):.6g} s kept in {cfg.partial_path}; "
                  f"continue with --resume") if res.traj is not None else "nothing was saved"
         print(f"diffmb: interrupted; {where}", file=sys.stderr)
         return 130
     obj, files = write_outputs(cfg, res)
-    if obj["status"] != "success":
+    if obj["status"] == "suspect":
+        for w in obj["warnings"]:
+            print(f"diffmb: warning: {w['message']}", file=sys.stderr)
+    elif obj["status"] != "success":
         print(f"diffmb: {res.traj.message}", file=sys.stderr)
     if not cfg.quiet:
         print_summary(cfg, res, obj, files)
@@ -458,6 +556,7 @@ def cmd_linearize(args) -> int:
     from .formulations.tensegrity_linear import linearize_report
 
     try:
+        check_outputs(json_path=args.json)
         sc = scenarios.get(args.scenario)
         system, params, _ = sc.make(parse_sets(args.sets))
         if not isinstance(system, TensegritySystem):
@@ -470,8 +569,11 @@ def cmd_linearize(args) -> int:
     if args.json is not None:
         _write_json(args.json, obj)
     fmt = lambda v: "inf" if v is None else f"{v:.6g}"  # noqa: E731
-    print(_table([("A", f"{obj['A_shape'][0]} x {obj['A_shape'][1]} (minimal order {obj['minimal_order']})"),
-                  ("H2 norm", fmt(obj["h2_norm"])), ("Hinf norm", fmt(obj["hinf_norm"]))]))
+    rows = [("A", f"{obj['A_shape'][0]} x {obj['A_shape'][1]} (minimal order {obj['minimal_order']})"),
+            ("H2 norm", fmt(obj["h2_norm"])), ("Hinf norm", fmt(obj["hinf_norm"]))]
+    if obj.get("norms_infinite_because"):
+        rows.append(("why inf", obj["norms_infinite_because"]))
+    print(_table(rows))
     return 0
 
 
@@ -480,6 +582,7 @@ def cmd_reconfig(args) -> int:
     from . import reconfig
 
     try:
+        check_outputs(out_dir=args.out, json_path=args.json)
         sc = scenarios.get(args.scenario)
         overrides = sc.resolve(parse_sets(args.sets))
         obj = reconfig.run(sc.name, out=args.out, json_path=args.json,
@@ -499,7 +602,15 @@ def _fail(err) -> int:
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``diffmb`` console script; returns the exit code."""
+    """Entry point of the ``diffmb`` console script; returns the exit code (130 on Ctrl-C)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("diffmb: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

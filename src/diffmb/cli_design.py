@@ -13,8 +13,9 @@ sweep (fold scenarios: ``K``, ``c``, ``a``, ``b``, ...; per hinge ``K.<coordinat
 ``diffmb sweep SCENARIO --batch N --set K=lo:hi [--set ...] [--devices all] [--json PATH] [--csv PATH]``
     -> per-member table + throughput (simulated seconds x members per wall second).
     ``--set NAME=lo:hi`` spreads NAME over the batch (``--sample linspace``: all ranged
-    names move together from lo to hi; ``random``: independent uniform draws),
-    ``--set NAME=v`` fixes it.
+    names move together from lo to hi, which is said on stderr when there are several;
+    ``grid``: every combination, ``NAME=lo:hi:n`` points per axis; ``random``: independent
+    uniform draws), ``--set NAME=v`` fixes it.
 
 Bad input (unknown scenario or parameter, bad data file) prints one line and exits with 2.
 """
@@ -75,14 +76,19 @@ def add_parsers(sub):
     _common(f)
     f.add_argument("--data", type=Path, required=True, metavar="FILE")
     f.add_argument("--params", required=True, metavar="K,c", help="parameters to fit")
+    f.add_argument("--columns", metavar="A,B", help="data columns to fit (default: every column the "
+                   "scenario's records hold, the hinge angles; one missing from the file is an error)")
     f.add_argument("--shooting", type=int, default=1, metavar="S", help="multiple-shooting segments")
     f.add_argument("--iterations", type=int, default=30, metavar="N")
 
     w = sub.add_parser("sweep", help="batch-simulate a parameter sweep", description=(
         "vmapped batch simulation over parameter ranges; per-member metrics table."))
     _common(w)
-    w.add_argument("--batch", type=int, required=True, metavar="N", help="members")
-    w.add_argument("--sample", choices=("linspace", "random"), default="linspace")
+    w.add_argument("--batch", type=int, metavar="N",
+                   help="members (with --sample grid and NAME=lo:hi:n on every axis: their product)")
+    w.add_argument("--sample", choices=("linspace", "grid", "random"), default="linspace",
+                   help="linspace: ranged names move together (the diagonal); grid: every "
+                        "combination; random: independent uniform draws")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--chunk", type=int, metavar="N", help="members per compiled call (default 32 on a CPU, 8192 per GPU)")
     w.add_argument("--devices", default=None, metavar="all|N", help="shard over devices")
@@ -166,10 +172,17 @@ def cmd_tune(args) -> int:
                loss_weights=({"w_energy": args.w_energy, "w_momentum": args.w_momentum}
                              if args.loss == "violation" else None), callback=show, **st)
     obj = {"scenario": sc.name, **res.to_json()}
+    if res.stopped == "floor" and not res.history:
+        _emit(args, obj, [f"loss {res.initial_loss:.3e} at " + _fmt(res.initial) + " is already at the "
+                          f"integrator's floor ({res.floor:.3e}: the run's own step-halving error): "
+                          f"the constraints are held below what the integrator resolves; nothing "
+                          f"to tune (a smaller --dt lowers the floor)"])
+        return 0
     ratio = res.initial_loss / res.best_loss if res.best_loss > 0 else math.inf
+    why = (f"reached the integrator's floor {res.floor:.3e}" if res.stopped == "floor" else res.stopped)
     _emit(args, obj, [f"initial loss {res.initial_loss:.6e} at " + _fmt(res.initial),
                       f"best    loss {res.best_loss:.6e} at " + _fmt(res.best),
-                      f"reduction {ratio:.3g}x in {len(res.history)} iterations ({res.stopped}); "
+                      f"reduction {ratio:.3g}x in {len(res.history)} iterations ({why}); "
                       f"{res.wall_s:.1f} s + {res.compile_s:.1f} s compile"])
     return 0
 
@@ -179,8 +192,8 @@ def _fmt(d):
 
 
 def cmd_fit(args) -> int:
-    from .cli import parse_sets
-    from .data import read_data
+    from .cli import UsageError, parse_sets
+    from .data import default_columns, read_data
     from .fit import fit
 
     sc = scenarios.get(args.scenario)
@@ -188,6 +201,14 @@ def cmd_fit(args) -> int:
     names = _names(args.params)
     system = tr_system(sc, args)
     data = read_data(args.data, system)
+    expected = _names(args.columns, "--columns") if args.columns else default_columns(system)
+    missing = [c for c in expected if c not in data.names]
+    if missing:
+        raise UsageError(f"{args.data}: column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                         f"missing (the file has {', '.join(data.names)}); give --columns "
+                         f"{','.join(c for c in expected if c in data.names) or 'NAMES'} to fit a subset")
+    if args.columns:
+        data = data.select(expected)
     res = fit(sc, data, names, overrides=parse_sets(args.sets), stabilization=args.stabilization,
               dt=st["dt"], solver=st["solver"], rtol=st["rtol"], atol=st["atol"],
               shooting=args.shooting, max_iterations=args.iterations)
@@ -206,14 +227,24 @@ def _ranges(sets):
     ranges, fixed = {}, {}
     for k, v in sets.items():
         if ":" in v:
-            lo, _, hi = v.partition(":")
+            parts = v.split(":")
             try:
-                ranges[k] = (float(lo), float(hi))
+                if len(parts) not in (2, 3):
+                    raise ValueError
+                ranges[k] = (float(parts[0]), float(parts[1])) + ((int(parts[2]),) if len(parts) == 3 else ())
             except ValueError:
-                raise UsageError(f"--set {k}={v}: expected NAME=lo:hi with numbers") from None
+                raise UsageError(f"--set {k}={v}: expected NAME=lo:hi (or lo:hi:n for a grid) "
+                                 f"with numbers") from None
         else:
             fixed[k] = v
     return ranges, fixed
+
+
+def ranges_all_counted(args) -> bool:
+    from .cli import parse_sets
+
+    ranges = _ranges(parse_sets(args.sets))[0]
+    return bool(ranges) and all(len(r) == 3 for r in ranges.values())
 
 
 def cmd_sweep(args) -> int:
@@ -222,12 +253,18 @@ def cmd_sweep(args) -> int:
 
     sc = scenarios.get(args.scenario)
     st = _settings(args, sc)
-    if args.batch < 1:
+    if args.batch is not None and args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}")
+    if args.batch is None and not (args.sample == "grid" and ranges_all_counted(args)):
+        raise UsageError("--batch N is required (except for --sample grid with NAME=lo:hi:n on every range)")
     ranges, fixed = _ranges(parse_sets(args.sets))
-    sc.resolve({**fixed, **{k: lo for k, (lo, _) in ranges.items()}})  # names and numbers
+    for end in (0, 1):  # names and numbers, both ends of every range
+        sc.resolve({**fixed, **{k: r[end] for k, r in ranges.items()}})
     fixed = {k: float(v) for k, v in fixed.items()}
     members = member_values(ranges, fixed, args.batch, sample=args.sample, seed=args.seed)
+    if len(ranges) > 1 and args.sample == "linspace" and not args.quiet:
+        print(f"diffmb: {', '.join(ranges)} vary together along the diagonal of their ranges "
+              f"(--sample grid for every combination)", file=sys.stderr)
     system, params = scenario_batch(sc, members, args.stabilization)
     devices = args.devices
     if devices not in (None, "all"):
@@ -267,9 +304,12 @@ COMMANDS = {"synth": cmd_synth, "tune": cmd_tune, "fit": cmd_fit, "sweep": cmd_s
 
 def run(command, args) -> int:
     """Run a design command, turning bad input into one line and exit code 2."""
-    from .cli import UsageError, _fail
+    from .cli import UsageError, _fail, check_outputs
 
     try:
+        check_outputs(json_path=getattr(args, "json", None),
+                      files=[("--csv", getattr(args, "csv", None)),
+                             ("--out", args.out if command == "synth" else None)])
         return COMMANDS[command](args)
     except (ValueError, TypeError, UsageError, json.JSONDecodeError) as e:
         return _fail(e)

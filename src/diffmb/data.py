@@ -34,6 +34,11 @@ class Data:
     values: np.ndarray
     path: str = "<memory>"
 
+    def select(self, names) -> "Data":
+        """This record restricted to the columns ``names`` (in that order)."""
+        idx = [self.names.index(n) for n in names]
+        return Data(t=self.t, names=tuple(names), values=self.values[:, idx], path=self.path)
+
     def columns_in(self, state_names) -> np.ndarray:
         """Indices of this record's columns in ``state_names``."""
         return np.array([list(state_names).index(n) for n in self.names], dtype=int)

@@ -220,6 +220,17 @@ def simulate(
     ``checkpoint`` (memory-bounded recursive checkpointing, default), ``direct`` (supports
     forward-mode) or ``backsolve``.
     """
+    args = _prepare(system, t1=t1, t0=t0, x0=x0, params=params, dt=dt, solver=solver, rtol=rtol,
+                    atol=atol, saveat=saveat, max_steps=max_steps, events=events,
+                    progress=progress, max_violation=max_violation, adjoint=adjoint)
+    if _compile_only:
+        return args
+    return _solve(*args)
+
+
+def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_steps, events,
+             progress, max_violation, adjoint) -> tuple:
+    """Validated arguments of the jitted solve: ``(run, system, params, x0, t0, t1, dt0, ts, vmax)``."""
     if not isinstance(system, System):
         raise TypeError(f"simulate: expected a diffmb System, got {type(system).__name__}")
     solver = solver.lower() if isinstance(solver, str) else solver
@@ -279,21 +290,31 @@ def simulate(
     args = (run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
             jnp.asarray(ts, dtype),
             jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
-    if _compile_only:
-        start = time.perf_counter()
-        compiled = _solve.lower(*args).compile()
-        return (lambda: compiled(*args)), time.perf_counter() - start
-    return _solve(*args)
+    return args
 
 
 def compile_simulation(system: System, **kwargs):
     """Compile :func:`simulate` ahead of time (trace, lower, XLA compile) without running it.
 
-    Returns ``(run, seconds)``: ``run()`` performs the simulation with the arguments given
-    here and returns the :class:`~diffmb.trajectory.Trajectory`; ``seconds`` is the
-    compile time, measured on its own instead of as a first call minus a second one.
+    Returns ``(run, seconds)``: ``run(**changes)`` performs the simulation with the
+    arguments given here, updated by ``changes`` (new numbers such as ``t0``, ``t1``,
+    ``x0``, ``dt``, ``params`` of the same structure), and returns the
+    :class:`~diffmb.trajectory.Trajectory`; ``seconds`` is the compile time, measured on
+    its own instead of as a first call minus a second one. A change that alters the
+    compiled structure (another solver, save-point count or step count) raises ValueError.
     """
-    return simulate(system, _compile_only=True, **kwargs)
+    args = simulate(system, _compile_only=True, **kwargs)
+    start = time.perf_counter()
+    compiled = _solve.lower(*args).compile()
+    seconds = time.perf_counter() - start
+
+    def run(**changes):
+        new = simulate(system, _compile_only=True, **{**kwargs, **changes}) if changes else args
+        if new[0] != args[0] or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
+            raise ValueError(f"compile_simulation: {sorted(changes)} change the compiled structure")
+        return compiled(*new)
+
+    return run, seconds
 
 
 class RunSettings(eqx.Module):

@@ -41,31 +41,63 @@ def _title(base: str, title: str | None) -> str:
     return f"{title}: {base}" if title else base
 
 
-def coordinates_figure(traj, title: str | None = None):
-    """Position-level coordinates vs time; several panels when there are many."""
+#: unit groups of the coordinates plot: (kind from :func:`diffmb.data.unit_kinds`, label)
+UNIT_GROUPS = (("angle", "angles [rad]"), ("length", "positions [m]"),
+               ("none", "attitude (MRP) [-]"), ("other", "other coordinates"))
+
+
+def _unit_kind(name: str, kinds: dict) -> str:
+    """A coordinate's unit group: from the model's joint kinds, else from its name."""
+    if name in kinds:
+        return kinds[name] if kinds[name] in ("angle", "length", "none") else "other"
+    low = name.lower()
+    if low.startswith(("theta", "phi", "psi", "angle")) or low.endswith(("_deg", "_rad")):
+        return "angle"
+    if "sigma" in low or low.startswith(("q_", "quat")):
+        return "none"
+    if low.endswith(("_x", "_y", "_z")) or low in ("x", "y", "z") or low.startswith(("x", "y", "z")) and low[1:].isdigit():
+        return "length"
+    return "other"
+
+
+def coordinates_figure(traj, title: str | None = None, system=None):
+    """Position-level coordinates vs time, one panel per unit (angles, positions, MRP,
+    other), each labelled with its unit; colours and line styles cycle so that no two
+    curves of a panel look alike (legend beside the panel)."""
+    from .data import unit_kinds
+
+    kinds = unit_kinds(system) if system is not None else {}
     names = list(traj.coordinate_names)
-    groups = [names[i : i + MAX_LINES_PER_PANEL] for i in range(0, len(names), MAX_LINES_PER_PANEL)]
-    if len(groups) > MAX_PANELS:  # many coordinates: spread them evenly over MAX_PANELS
-        groups = [list(g) for g in np.array_split(names, MAX_PANELS)]
-    fig, axes = _figure(len(groups), _title("coordinates", title))
-    for ax, group in zip(axes, groups):
-        for name in group:
-            ax.plot(traj.ts, np.asarray(traj[name]), label=name)
-        ax.legend(loc="upper right", fontsize="small", ncol=min(len(group), 4))
-    axes[0].set_ylabel("coordinate")
+    groups = {k: [n for n in names if _unit_kind(n, kinds) == k] for k, _ in UNIT_GROUPS}
+    panels = [(label, groups[k]) for k, label in UNIT_GROUPS if groups[k]]
+    fig, axes = _figure(len(panels), _title("coordinates", title))
+    styles = ("-", "--", ":", "-.")
+    for ax, (label, group) in zip(axes, panels):
+        for j, name in enumerate(group):
+            ax.plot(traj.ts, np.asarray(traj[name]), label=name, color=f"C{j % 10}",
+                    linestyle=styles[(j // 10) % len(styles)])
+        ax.set_ylabel(label)
+        _legend_outside(ax, len(group))
     return fig
+
+
+def _legend_outside(ax, n: int):
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False,
+              ncol=1 if n <= 12 else 2)
 
 
 def energy_figure(traj, title: str | None = None):
     """Energy change ``E(t) - E(0)`` and relative change ``(E(t) - E(0)) / |E(0)|``."""
     e = np.asarray(traj.diagnostics["energy"], float)
     de = e - e[0]
-    fig, (ax_abs, ax_rel) = _figure(2, _title("energy change", title))
-    ax_abs.plot(traj.ts, de)
-    ax_abs.set_ylabel(r"$E(t) - E(0)$ [J]")
-    ax_rel.plot(traj.ts, de / max(abs(e[0]), 1e-300))
-    ax_rel.set_ylabel(r"$(E - E_0) / |E_0|$")
-    for ax in (ax_abs, ax_rel):
+    relative = abs(e[0]) > 1e-12 * max(np.abs(e).max(), 1e-300)  # E0 = 0: no relative panel
+    fig, axes = _figure(2 if relative else 1, _title("energy change", title))
+    axes[0].plot(traj.ts, de)
+    axes[0].set_ylabel(r"$E(t) - E(0)$ [J]")
+    if relative:
+        axes[1].plot(traj.ts, de / abs(e[0]))
+        axes[1].set_ylabel(r"$(E - E_0) / |E_0|$")
+    for ax in axes:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     return fig
 
@@ -82,23 +114,38 @@ def angular_momentum_figure(traj, title: str | None = None):
 
 
 def violation_figure(traj, title: str | None = None):
-    """Constraint violation (max abs over components) per level, log scale."""
+    """Constraint violation (max abs over components) per level, log scale. The axis
+    spans the nonzero data; exact zeros (a projected state) are drawn as markers on the
+    axis floor and said in the legend, never plotted as 1e-300."""
     fig, (ax,) = _figure(1, _title("constraint violation", title))
+    series = {}
     for name, v in traj.violation.items():
         v = np.abs(np.asarray(v, float))
-        v = v.reshape(len(v), -1).max(axis=1) if v.ndim > 1 else v
-        ax.semilogy(traj.ts, np.maximum(v, 1e-300), label=name)
-    ax.set_ylabel("violation (max abs)")
-    ax.legend(loc="upper right", fontsize="small")
+        series[name] = v.reshape(len(v), -1).max(axis=1) if v.ndim > 1 else v
+    nonzero = np.concatenate([v[(v > 0) & np.isfinite(v)] for v in series.values()] or [np.zeros(0)])
+    lo = float(nonzero.min()) if nonzero.size else 1e-16
+    hi = float(nonzero.max()) if nonzero.size else 1.0
+    floor = 10 ** np.floor(np.log10(lo))
+    for j, (name, v) in enumerate(series.items()):
+        color = f"C{j}"
+        zero = v == 0
+        ax.semilogy(traj.ts, np.where(zero, np.nan, v), color=color, label=name)
+        if zero.any():
+            ax.plot(np.asarray(traj.ts)[zero], np.full(zero.sum(), floor), "|", color=color,
+                    markersize=6, label=f"{name}: exactly 0 ({zero.sum()} points)")
+    ax.set_ylim(floor, 10 ** np.ceil(np.log10(hi)) if hi > floor else floor * 10)
+    ax.set_ylabel("violation\n(max abs of the rows)")
+    _legend_outside(ax, 2 * len(series))
     return fig
 
 
-def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = "") -> list[Path]:
+def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = "", system=None) -> list[Path]:
     """Write the figures of ``traj`` as PNGs into ``out_dir``; returns their paths.
 
     Files are ``<prefix><figure>.png``: always ``coordinates``; ``energy`` when the system
     reports energy; ``angular_momentum`` when it reports angular momentum; ``violation``
-    when it has constraints. Only the rows the run reached are drawn.
+    when it has constraints. Only the rows the run reached are drawn. ``system`` (optional)
+    gives the coordinates' units from its joints; without it they come from the names.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -115,6 +162,7 @@ def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = ""
     paths = []
     for name, make in figures.items():
         path = out_dir / f"{prefix}{name}.png"
-        make(tr, title).savefig(path, dpi=110)
+        fig = make(tr, title, system) if name == "coordinates" else make(tr, title)
+        fig.savefig(path, dpi=110)
         paths.append(path)
     return paths

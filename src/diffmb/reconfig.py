@@ -321,13 +321,25 @@ def save_graphml(G, path) -> Path:
 
 def draw(G, system, path, title="") -> Path:
     """The graph (nodes with a top view of their configuration) as a PNG."""
-    import matplotlib
+    fig = graph_figure(G, system, title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def graph_figure(G, system, title=""):
+    """The figure :func:`draw` writes: the graph beside the nodes' configurations."""
+    import matplotlib.cm
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Circle
 
     n_nodes = max(G.number_of_nodes(), 1)
-    fig = plt.figure(figsize=(4 + 2.5 * min(n_nodes, 6), 6))
+    fig = Figure(figsize=(6 + 2.0 * min(n_nodes, 6), 6.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(f"{title}: reconfiguration graph, {G.number_of_nodes()} nodes, "
+                 f"{G.number_of_edges()} edges")
     ax = fig.add_subplot(1, 2, 1)
     pos = nx.circular_layout(G) if n_nodes > 1 else {v: (0.0, 0.0) for v in G.nodes}
     nx.draw_networkx_nodes(G, pos, ax=ax, node_color="#cde", node_size=900)
@@ -339,30 +351,31 @@ def draw(G, system, path, title="") -> Path:
                                      connectionstyle="arc3,rad=0.15")
     except TypeError:
         nx.draw_networkx_edge_labels(G, pos, edge_labels=labels, ax=ax, font_size=8, label_pos=0.3)
-    ax.set_title(f"{title}: {G.number_of_nodes()} nodes, {G.number_of_edges()} edges")
+    ax.set_title("stable configurations (nodes) and transitions\n(edges, labelled by the potential switched on)",
+                 fontsize="medium")
+    ax.margins(0.15)  # room for the node circles and edge labels at the rim
     ax.axis("off")
     ax2 = fig.add_subplot(1, 2, 2)
     n = system.n
     radius = np.asarray(system.params0["bodies"]["radius"])
-    colors = plt.cm.tab10(np.arange(n_nodes) % 10)
+    colors = matplotlib.cm.tab10(np.arange(n_nodes) % 10)
     for k, (v, d) in enumerate(G.nodes(data=True)):
         X = jnp.asarray(d["state"][: 7 * n]).reshape(n, 7)
         P = np.asarray(system.all_poses(X, system.params0))
         for i in range(P.shape[0]):
-            c = plt.Circle(P[i, :2], radius[i], fill=False, color=colors[k], lw=1.5)
+            c = Circle(P[i, :2], radius[i], fill=False, color=colors[k], lw=1.5)
             ax2.add_patch(c)
-            ax2.text(P[i, 0], P[i, 1], f"{v}", color=colors[k], ha="center", va="center", fontsize=8)
             ex = np.asarray(dcm_NB(jnp.asarray(P[i, 3:])))[:, 0] * radius[i]
             ax2.plot([P[i, 0], P[i, 0] + ex[0]], [P[i, 1], P[i, 1] + ex[1]], color=colors[k], lw=1)
+        ax2.plot([], [], color=colors[k], lw=1.5, label=f"node {v}")
     ax2.set_aspect("equal")
     ax2.autoscale_view()
-    ax2.set_title("node configurations (top view; bounding circles, body x axes)")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ax2.set_xlabel("x [m]")
+    ax2.set_ylabel("y [m]")
+    ax2.grid(True, alpha=0.3)
+    ax2.set_title("node configurations, top view\n(bodies' bounding circles and x axes)", fontsize="medium")
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
+    return fig
 
 
 # ============================================================================== registry

@@ -20,6 +20,10 @@ STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
 FORMAT_VERSION = 1
 
 
+ENERGY = "total energy (kinetic + potential)"
+ENERGY_WITH_WORK = "energy minus the work of external forces (E - W)"
+
+
 class Trajectory(eqx.Module):
     """Saved states and diagnostics of one run.
 
@@ -95,20 +99,26 @@ class Trajectory(eqx.Module):
         return {n: float(v) for n, v in zip(self.state_names, x)}
 
     def summary(self) -> dict:
-        """Energy, momentum and violation statistics over the reached rows."""
+        """Energy, momentum and violation statistics over the reached rows.
+
+        ``energy.quantity`` says what is tracked: the total energy, or for systems that
+        report the work of external forces (tensegrity) the energy minus that work, which
+        is what is conserved. ``energy.max_rel_change`` is ``None`` when ``E(0) = 0``.
+        """
         tr = self.trimmed()
         out = {}
         if "energy" in tr.diagnostics and len(tr.ts):
             e = np.asarray(tr.diagnostics["energy"], float)
             d = np.abs(e - e[0])
-            # relative to the initial energy, or to the largest |E| when a run starts at
-            # E = 0 (a spacecraft at rest before a slew): never a division by zero
-            scale = abs(e[0]) if abs(e[0]) > 1e-12 * np.abs(e).max() else max(np.abs(e).max(), 1e-300)
+            # relative to the initial energy; undefined (None) for a run that starts at
+            # E = 0 (a spacecraft at rest before a slew), where no scale is meaningful
+            rel = float(d.max() / abs(e[0])) if abs(e[0]) > 1e-12 * max(np.abs(e).max(), 1e-300) else None
             out["energy"] = {
+                "quantity": ENERGY_WITH_WORK if "work" in tr.diagnostics else ENERGY,
                 "initial": float(e[0]),
                 "final": float(e[-1]),
                 "max_abs_change": float(d.max()),
-                "max_rel_change": float(d.max() / scale),
+                "max_rel_change": rel,
             }
         if "angular_momentum" in tr.diagnostics and len(tr.ts):
             h = np.asarray(tr.diagnostics["angular_momentum"], float)

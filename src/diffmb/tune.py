@@ -26,6 +26,7 @@ zero initial value starts at ``zero_start``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ import numpy as np
 import optax
 
 from .binding import Binding, resolve
-from .integrate import RunSettings
+from .integrate import FIXED_SOLVERS, RunSettings
 
 LOSSES = ("violation", "deploy")
 
@@ -127,11 +128,12 @@ class TuneResult:
     stopped: str = ""
     wall_s: float = 0.0
     compile_s: float = 0.0
+    floor: float | None = None
 
     def to_json(self) -> dict:
         return {"initial": {"params": self.initial, "loss": self.initial_loss},
                 "final": {"params": self.best, "loss": self.best_loss},
-                "history": self.history, "stopped": self.stopped,
+                "history": self.history, "stopped": self.stopped, "floor": self.floor,
                 "wall_s": self.wall_s, "compile_s": self.compile_s}
 
 
@@ -161,6 +163,40 @@ class _Objective(eqx.Module):
         return jnp.log(self(z) + 1e-300)
 
 
+def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_velocity=1.0) -> float:
+    """The violation loss below which tuning gains nothing: the integrator's own error.
+
+    The run at the starting values is repeated with half the step (adaptive solvers:
+    1/100 of the tolerances); the difference of the two is the integrator's error of the
+    motion (step halving, as in Richardson extrapolation). The floor is that error put
+    through the violation loss, ``int (|e_q|^2 + w_v |e_qd|^2) dt``, with ``|.|`` the
+    largest position-level coordinate that is an angle or a length (radians weigh as
+    metres: a structure of unit size) and the largest rate. A constraint already held
+    below the accuracy at which the motion itself is computed cannot be improved in any
+    way that shows in the motion.
+    """
+    from .data import unit_kinds
+
+    params = binding.params(jnp.asarray(values, float))
+    fine = (dataclasses.replace(settings, dt=settings.dt / 2) if settings.dt is not None
+            and settings.solver in FIXED_SOLVERS else
+            dataclasses.replace(settings, rtol=settings.rtol / 100, atol=settings.atol / 100))
+    a = settings.run(binding.system, params)
+    b = fine.run(binding.system, params)
+    names = list(binding.system.state_names)
+    coords = set(binding.system.coordinate_names)
+    kinds = unit_kinds(binding.system)
+    pos = [i for i, n in enumerate(names) if (kinds.get(n) in ("angle", "length") if kinds else n in coords)]
+    vel = [i for i, n in enumerate(names) if (kinds.get(n) in ("rate", "speed") if kinds else n not in coords)]
+    ts = np.asarray(a.ts)
+    ok = np.isfinite(ts) & np.isfinite(np.asarray(b.ts))
+    e = np.abs(np.asarray(a.xs) - np.asarray(b.xs))[ok]
+    eq = e[:, pos].max(axis=1) if pos else np.zeros(ok.sum())
+    ev = e[:, vel].max(axis=1) if vel else np.zeros(ok.sum())
+    y = eq**2 + w_velocity * ev**2
+    return float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(ts[ok])))
+
+
 @eqx.filter_jit
 def _value_and_grad(obj, z):
     val, g = jax.value_and_grad(obj.log_loss)(z)
@@ -176,7 +212,7 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
          rtol=None, atol=None, saveat=201, loss="violation", loss_weights=None, steps=100,
          learning_rate=0.1, clip=1.0, patience=15, min_rel_improvement=1e-3, log=None,
          zero_start=0.1, divergence_penalty=1e3, max_violation=1.0, callback=None,
-         progress=False) -> TuneResult:
+         progress=False, stop_at_floor=True) -> TuneResult:
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
@@ -184,6 +220,9 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     names optimised in log space (default: every name whose initial value is >= 0).
     Early stop when the best loss has not improved by ``min_rel_improvement`` for
     ``patience`` iterations. ``callback(i, loss, params_dict)`` is called every iteration.
+    ``stop_at_floor`` (the ``violation`` loss without drift weights): stop, with
+    ``stopped = "floor"``, as soon as the loss is at or below :func:`integrator_floor` —
+    at once, without iterating, when the starting values already are.
     """
     if stabilization is None and {"a", "b"} & set(names):
         stabilization = "baumgarte"
@@ -212,6 +251,14 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     plain = _Objective(**{f: getattr(obj, f) for f in obj.__dataclass_fields__ if f != "log_mask"},
                        log_mask=(False,) * len(names))
     initial_loss = float(_value(plain, jnp.asarray(v0)))
+    weights = loss_weights or {}
+    floor = None
+    if stop_at_floor and loss == "violation" and not (weights.get("w_energy") or weights.get("w_momentum")):
+        floor = integrator_floor(b, settings, v0, w_velocity=weights.get("w_velocity", 1.0))
+    initial = dict(zip(names, map(float, v0)))
+    if floor is not None and initial_loss <= floor:
+        return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=initial,
+                          best_loss=initial_loss, history=[], stopped="floor", floor=floor)
     tic = time.perf_counter()
     history, best, best_loss, since, stopped = [], to_dict(z), math.inf, 0, "steps"
     compile_s = 0.0
@@ -238,18 +285,20 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
         if since >= patience:
             stopped = "plateau"
             break
+        if floor is not None and val <= floor:
+            stopped = "floor"
+            break
         with jax.numpy_dtype_promotion("standard"):  # optax mixes its int step count with floats
             updates, state = opt.update(g, state, z)
             z = optax.apply_updates(z, updates)
     if bar is not None:
         bar.close()
-    initial = dict(zip(names, map(float, v0)))
     if initial_loss < best_loss:
         best, best_loss = initial, initial_loss
     wall = time.perf_counter() - tic - compile_s
     return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=best,
                       best_loss=best_loss, history=history, stopped=stopped,
-                      wall_s=wall, compile_s=compile_s)
+                      wall_s=wall, compile_s=compile_s, floor=floor)
 
 
 def _bar(total, enabled):

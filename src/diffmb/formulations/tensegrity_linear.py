@@ -232,7 +232,7 @@ def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=
                      inputs="force_densities", outputs="state") -> dict:
     """What ``diffmb linearize`` writes: ``A_shape``, ``eigenvalues`` (of the minimal
     realization, ``[re, im]`` pairs), ``h2_norm``, ``hinf_norm`` (``None`` where infinite:
-    a system that is not asymptotically stable) for the chosen ``inputs``/``outputs``
+    a system that is not asymptotically stable, said in ``norms_infinite_because``) for the chosen ``inputs``/``outputs``
     (:func:`io_matrices`; the defaults are the paper's), plus ``minimal_order``,
     ``equilibrium_shift`` (how far the equilibrium lies from the initial nodes) and
     ``compliance_eigenvalues`` (Fig. 19; ``None`` if ``K_sys`` is not positive definite)."""
@@ -253,6 +253,12 @@ def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=
     ev = np.linalg.eigvals(A)
     ev = ev[np.lexsort((ev.imag, ev.real))]
     fin = lambda v: None if not math.isfinite(v) else v  # noqa: E731
+    reason = None
+    if not (math.isfinite(h2) and math.isfinite(hinf)):
+        top = float(np.max(ev.real)) if ev.size else 0.0
+        reason = (f"not asymptotically stable: the largest eigenvalue real part is {top:.3g} "
+                  f"(an undamped structure oscillates forever, so the norms are unbounded; "
+                  f"add damping, e.g. --set damping=1)")
     return {
         "A_shape": list(lin["A"].shape),
         "B_u_shape": list(lin["B_u"].shape),
@@ -263,4 +269,5 @@ def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=
         "equilibrium_shift": float(np.max(np.abs(np.asarray(q_eq) - np.asarray(q0)))),
         "inputs": inputs, "outputs": outputs,
         "compliance_eigenvalues": comp,
+        "norms_infinite_because": reason,
     }

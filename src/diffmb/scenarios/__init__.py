@@ -7,8 +7,18 @@ run with. Modules in this package register their scenarios on import.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+#: Parameter names of quantities that cannot be negative (stiffness, damping, masses,
+#: densities, lengths, stabilization gains): ``--set K=-1`` is refused, not simulated.
+NONNEGATIVE = re.compile(
+    r"^(K|k|c|m|l|a|b|alpha|beta|mu|EI)\d*$"  # bare names and numbered ones (K7, m2, l1)
+    r"|^(K|k|c)_|_(k|c|K)$|^ts_(K|Mpeak|Mplat|damping)$"  # K_col, k_t, c_r, stop_k, stop_c
+    r"|mass|density|damping|zeta|rho|inertia|length|radius|width|EI_|string_E|^side$|^gap$|_mu$|^hub_i|payload|^wn_"
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,10 @@ class Scenario:
     stabilization: str = "none"
     #: optional named values: ``{parameter: {name: number}}`` (e.g. ``material=hdpe``)
     choices: dict = field(default_factory=dict)
+    #: ``conserved(values) -> names``: the diagnostics (``energy``, ``angular_momentum``)
+    #: that the physics conserves with these values; a run's jumps in them are flagged
+    #: (:mod:`diffmb.health`). Default: none (damped, driven or controlled cases).
+    conserved: Callable = field(default=lambda values: ())
 
     def resolve(self, overrides: dict | None = None) -> dict:
         """Defaults updated by ``overrides``; unknown names raise ValueError."""
@@ -50,6 +64,10 @@ class Scenario:
                 values[k] = float(v)
             except (TypeError, ValueError):
                 raise ValueError(f"parameter {k!r}: {v!r} is not a number") from None
+            if not math.isfinite(values[k]):
+                raise ValueError(f"parameter {k!r}: {v!r} is not a finite number")
+            if values[k] < 0 and nonnegative(k):
+                raise ValueError(f"parameter {k!r} = {values[k]:g}: a {_kind(k)} cannot be negative")
         return values
 
     def make(self, overrides: dict | None = None, stabilization: str | None = None):
@@ -63,6 +81,36 @@ class Scenario:
         values = self.resolve(overrides)
         system, params = self.build(values, stabilization)
         return system, params, values
+
+
+def conserves(*, momentum: bool = False, energy_unless=()) -> Callable:
+    """A Scenario's ``conserved``: angular momentum always when ``momentum`` (free-floating,
+    no external torque); the energy when every name of ``energy_unless`` is 0 (its
+    damping, forcing, ...). ``energy_unless=None``: the energy never is."""
+    def conserved(values):
+        out = ("angular_momentum",) if momentum else ()
+        if energy_unless is not None and all(values.get(k, 0.0) == 0 for k in energy_unless):
+            out = ("energy",) + out
+        return out
+
+    return conserved
+
+
+def nonnegative(name: str) -> bool:
+    """Whether scenario parameter ``name`` names a quantity that cannot be negative."""
+    base = name.split(".")[0]  # per-hinge names: K.theta_3
+    return bool(NONNEGATIVE.search(base))
+
+
+def _kind(name: str) -> str:
+    base = name.split(".")[0]
+    for pattern, kind in ((r"^(a|b|alpha|beta)$", "stabilization gain"),
+                          (r"^(c|c_.*|.*_c|.*damping.*|zeta.*)$", "damping"),
+                          (r"mass|density|rho|^m\d*$|^mu$|inertia", "mass or inertia"),
+                          (r"length|radius|width|^side$|^gap$|^l\d*$", "length")):
+        if re.search(pattern, base):
+            return kind
+    return "stiffness"
 
 
 REGISTRY: dict[str, Scenario] = {}

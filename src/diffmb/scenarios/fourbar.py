@@ -20,7 +20,7 @@ import numpy as np
 from ..constraints import make_closures
 from ..model import ModelBuilder
 from ..system import TreeSystem
-from . import Scenario, register
+from . import Scenario, conserves, register
 
 A, B, C, D = 1.0, 2.5, 2.0, 2.2  # crank, coupler, rocker, ground
 M1, M2, M3 = 1.0, 2.0, 1.5
@@ -83,4 +83,5 @@ register(Scenario(
     defaults={"theta0": 0.3, "omega0": 2.0, "g": G, "c": 0.0, "a": 5.0, "b": 5.0, "kick": 0.0},
     t1=3.0, dt=1e-2, solver="rk4", stabilizations=("none", "baumgarte", "projection"),
     stabilization="projection",
+    conserved=conserves(energy_unless=("c", "kick")),
 ))

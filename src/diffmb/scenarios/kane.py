@@ -59,7 +59,7 @@ from .. import spatial as sp
 from .. import tree
 from ..formulations import kane
 from ..model import ModelBuilder
-from . import Scenario, register
+from . import Scenario, conserves, register
 
 PAPER = "Madonna, closed-chain post-grasping with Kane's method"
 
@@ -146,6 +146,7 @@ register(Scenario(
     t1=5.0, dt=1e-3, solver="rk4", rtol=1e-10, atol=1e-12,
     stabilizations=("none", "projection", "baumgarte"), stabilization="projection",
     choices={"formulation": FORMULATION_NAMES},
+    conserved=conserves(energy_unless=()),
 ))
 
 

@@ -138,13 +138,21 @@ def _hinge_defaults(scale):
             "ts_asym": 1.0, "ts_damping": 0.0, "stop": 0.0, "stop_k": 100.0, "stop_c": 20.0}
 
 
+def _conserved(values) -> tuple:
+    """A free-floating fold conserves angular momentum; its energy too when no hinge
+    damps: no viscous ``c``, no tape-spring damping (``hinge`` 1), no end-stop damping."""
+    damped = (values.get("c", 0.0) != 0 or (values.get("hinge", 0.0) != 0 and values.get("ts_damping", 0.0) != 0)
+              or (values.get("stop", 0.0) != 0 and values.get("stop_c", 0.0) != 0))
+    return ("angular_momentum",) if damped else ("energy", "angular_momentum")
+
+
 def _register_fold(name, description, build, defaults, *, t1, stabilization):
     """Register an origami scenario: RK4 at 1 ms (the paper's integrator), every
     stabilization selectable, Baumgarte gains ``a``, ``b`` and hinge options settable."""
     register(Scenario(name=name, description=description, paper=PAPER, build=build,
                       defaults={**defaults, **_hinge_defaults(defaults.get("K", 0.01))},
                       t1=t1, dt=1e-3, solver="rk4", stabilizations=STABS,
-                      stabilization=stabilization))
+                      stabilization=stabilization, conserved=_conserved))
 
 
 _register_fold(
@@ -248,7 +256,11 @@ def fold_scenario(path) -> Scenario:
 
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ValueError(f"FOLD file not found: {path}")
+        where = os.path.abspath(path)
+        hint = (" (the repository's examples/ folder: run from the repository root, or give "
+                "the full path)" if path.replace("\\", "/").startswith("examples/") else "")
+        raise ValueError(f"FOLD file not found: {path} (looked for {where}, relative to the "
+                         f"current folder {os.getcwd()}){hint}")
 
     def make(v, stabilization):
         pattern = load_fold(path, density=v["density"], stiffness=v["K"], damping=v["c"],
@@ -262,4 +274,5 @@ def fold_scenario(path) -> Scenario:
         defaults={"density": 1.0, "K": 0.01, "c": 0.0, "hub_mass": 0.0,
                   "a": 40.0, "b": 0.0},
         t1=10.0, dt=1e-3, solver="rk4", stabilizations=STABS, stabilization="projection",
+        conserved=_conserved,
     )

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model import ModelBuilder
 from ..system import TreeSystem
-from . import Scenario, register
+from . import Scenario, conserves, register
 
 
 def rod_inertia(mass: float, length: float, radius: float = 0.01) -> np.ndarray:
@@ -53,6 +53,7 @@ register(Scenario(
     build=_pendulum,
     defaults={"l": 1.0, "m": 1.0, "g": 9.81, "theta0": 1.0, "omega0": 0.0, "damping": 0.0},
     t1=10.0, dt=1e-3, solver="rk4", rtol=1e-11, atol=1e-12,
+    conserved=conserves(energy_unless=("damping",)),
 ))
 
 register(Scenario(
@@ -63,4 +64,5 @@ register(Scenario(
     defaults={"l1": 1.0, "l2": 1.0, "m1": 1.0, "m2": 1.0, "g": 9.81, "theta1_0": 1.0,
               "theta2_0": 0.5, "omega1_0": 0.0, "omega2_0": 0.0, "damping": 0.0},
     t1=10.0, dt=1e-3, solver="rk4", rtol=1e-11, atol=1e-12,
+    conserved=conserves(energy_unless=("damping",)),
 ))

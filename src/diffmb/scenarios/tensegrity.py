@@ -47,7 +47,7 @@ import numpy as np
 
 from ..formulations import tensegrity as tg
 from ..system import System
-from . import Scenario, register
+from . import Scenario, conserves, register
 
 PAPER = "Hsu, Tadiparthi & Bhattacharya, tensegrity Lagrangian (2020)"
 STABS = ("none", "projection")
@@ -286,6 +286,7 @@ register(Scenario(
               "damping": 0.0, **_CORR},
     t1=10.0, dt=1e-3, solver="dopri5", rtol=1e-10, atol=1e-10,
     stabilizations=STABS, stabilization="projection",
+    conserved=conserves(energy_unless=("damping",)),
 ))
 
 register(Scenario(
@@ -297,6 +298,7 @@ register(Scenario(
               "amplitude": 300.0, "omega": 1.0, **_CORR},
     t1=20.0, dt=1e-4, solver="dopri5", rtol=1e-8, atol=1e-8,
     stabilizations=STABS, stabilization="projection",
+    conserved=conserves(energy_unless=("damping",)),
 ))
 
 register(Scenario(
@@ -308,6 +310,7 @@ register(Scenario(
               "amplitude": 300.0, "omega": 1.0, **_CORR},
     t1=20.0, dt=1e-4, solver="dopri5", rtol=1e-8, atol=1e-8,
     stabilizations=STABS, stabilization="projection",
+    conserved=conserves(energy_unless=("damping",)),
 ))
 
 register(Scenario(
@@ -319,4 +322,5 @@ register(Scenario(
     t1=10.0, dt=1e-4, solver="dopri8", rtol=1e-8, atol=1e-8,
     stabilizations=STABS, stabilization="none",
     choices={"material": MATERIALS},
+    conserved=conserves(energy_unless=("damping",)),
 ))

@@ -27,7 +27,7 @@ from ..formulations import potentials as pot
 from ..formulations.udwadia_kalaba import UKBuilder
 from ..model import ModelBuilder
 from ..system import TreeSystem
-from . import Scenario, register
+from . import Scenario, conserves, register
 
 
 def box_inertia(m, a, b, c):
@@ -142,6 +142,7 @@ register(Scenario(
               "alpha": 10.0, "beta": 10.0},
     t1=2.0, dt=1e-3, solver="dopri5", rtol=1e-10, atol=1e-12,
     stabilizations=("none", "baumgarte", "projection"), stabilization="projection",
+    conserved=conserves(momentum=True, energy_unless=()),
 ))
 
 
@@ -228,6 +229,7 @@ register(Scenario(
     choices={"well": {"px": 0.0, "my": 1.0}},
     t1=5.0, dt=1e-3, solver="dopri5", rtol=1e-8, atol=1e-10,
     stabilizations=("none", "baumgarte", "projection"), stabilization="projection",
+    conserved=conserves(momentum=True, energy_unless=("c_t", "c_r")),
 ))
 
 
