@@ -9,11 +9,15 @@ we map its coordinates to diffmb's (URDF document order) by joint name.
 import numpy as np
 import pytest
 
-pin = pytest.importorskip("pinocchio")
+import pinocchio as pin  # the dev extra installs it: a missing peer fails, never skips
 
 import diffmb  # noqa: E402
-from diffmb import spatial as sp  # noqa: E402
 from diffmb.urdf import ROOT_JOINT  # noqa: E402
+
+from robots import from_pin_free as _from_pin_free  # noqa: E402
+from robots import joint_maps as _joint_maps  # noqa: E402
+from robots import pin_q as _pin_q  # noqa: E402
+from robots import to_pin_free as _to_pin_free  # noqa: E402
 
 TOL = 1e-9
 
@@ -57,24 +61,6 @@ def random_urdf(rng, n_links):
     if all("fixed" in j for j in joints):
         joints[0] = joints[0].replace('type="fixed"', 'type="continuous"')
     return '<robot name="rand">' + "".join(links) + "".join(joints) + "</robot>"
-
-
-def _joint_maps(model, pmodel, skip=0):
-    """Pinocchio ``(idx_q, nq, idx_v)`` of each diffmb 1-DOF joint, in diffmb's order.
-
-    Pinocchio stores a continuous joint as ``(cos q, sin q)`` (nq 2, nv 1).
-    """
-    out = []
-    for name in model.joint_names[skip:]:
-        j = pmodel.joints[pmodel.getJointId(name)]
-        out.append((j.idx_q, j.nq, j.idx_v))
-    return out
-
-
-def _pin_q(maps, qp, q):
-    for (iq, nq, _), qi in zip(maps, q):
-        qp[iq : iq + nq] = [np.cos(qi), np.sin(qi)] if nq == 2 else [qi]
-    return qp
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -133,36 +119,6 @@ def _free_state(rng, model):
     q = np.concatenate([sigma, p, rng.uniform(-1.5, 1.5, model.nq - 6)])
     qd = rng.normal(size=model.nq)
     return q, qd
-
-
-def _to_pin_free(model, pmodel, q, qd, x6):
-    """Map diffmb (q, qd, a 6-block-first vector x6) to Pinocchio's layout.
-
-    diffmb free joint: ``q = [sigma; p]`` with ``mrp_to_dcm(sigma) = [body world]``;
-    ``qd = [omega; v]`` in body axes. Pinocchio free-flyer: ``q = [p; quat xyzw]`` of
-    the rotation body -> world (its matrix maps body to world components, i.e.
-    ``[world body]``); ``v = [v; omega]`` in the local frame.
-    """
-    maps = _joint_maps(model, pmodel, skip=1)
-    iv = np.array([m[2] for m in maps], dtype=int)
-    # diffmb's scalar-last quaternion of [BN] (quat_to_dcm = Hamilton matrix transposed)
-    # is, read as a Hamilton quaternion, the rotation [NB]: exactly Pinocchio's.
-    quat_pin = np.asarray(sp.mrp_to_quat(np.asarray(q[:3])))
-    qp = np.zeros(pmodel.nq)
-    qp[:3], qp[3:7] = q[3:6], quat_pin
-    _pin_q(maps, qp, q[6:])
-    vp = np.zeros(pmodel.nv)
-    vp[:3], vp[3:6] = qd[3:6], qd[:3]
-    vp[iv] = qd[6:]
-    xp = np.zeros(pmodel.nv)
-    xp[:3], xp[3:6] = x6[3:6], x6[:3]
-    xp[iv] = x6[6:]
-    return qp, vp, xp
-
-
-def _from_pin_free(model, pmodel, xp):
-    iv = np.array([m[2] for m in _joint_maps(model, pmodel, skip=1)], dtype=int)
-    return np.concatenate([xp[3:6], xp[:3], xp[iv]])
 
 
 @pytest.mark.parametrize("seed", [3, 4])

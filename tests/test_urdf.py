@@ -270,15 +270,15 @@ BAD = [
      "link 'a' <mass>: mass must be non-negative"),
     (f'<robot><link name="base"/><link name="a">{_inertial("heavy")}</link>{_joint("j1", "base", "a")}</robot>',
      "link 'a' <mass>: attribute 'value'='heavy'"),
-    (f'<robot><link name="base"/><link name="a">{_inertial(1.0, I=(1.0, -2.0, 1.5, 0, 0, 0))}</link>{_joint("j1", "base", "a")}</robot>',
-     "link 'a' <inertial>.*positive"),
-    (f'<robot><link name="base"/><link name="a">{_inertial(1.0, I=(1.0, 1.0, 3.0, 0, 0, 0))}</link>{_joint("j1", "base", "a")}</robot>',
-     "link 'a' <inertial>.*triangle"),
-    (f'<robot><link name="base"/><link name="a"/>{_joint("j1", "base", "a")}</robot>', "body 'a'.*positive mass"),
+    (f'<robot><link name="base"/><link name="a"/>{_joint("j1", "base", "a")}</robot>',
+     "mass matrix is singular: joint.*'j1'"),
     (f'<robot>{_A}{_joint("j1", "base", "a", jtype="floating")}</robot>', "joint 'j1': unsupported joint type 'floating'"),
     (f'<robot>{_A}{_joint("j1", "base", "a", jtype="planar")}</robot>', "joint 'j1': unsupported joint type 'planar'"),
     (f'<robot>{_A}{_joint("j1", "base", "a", jtype="hinge")}</robot>', "joint 'j1': unsupported joint type 'hinge'"),
-    (f'<robot>{_A}{_joint("j1", "base", "a", jtype="fixed")}</robot>', "no movable joints"),
+    (f'<robot>{_A}{_joint("j1", "base", "a", jtype="fixed")}</robot>', "no movable joints.*floating_base=True"),
+    ('<robot><link name="base"/></robot>', "no movable joints.*floating_base=True"),
+    (f'<robot><link name="base"/><link name="world">{_inertial(1.0)}</link>{_joint("j1", "base", "world")}</robot>',
+     "link 'world' is not the root"),
     (f'<robot>{_A}{_A}</robot>', "duplicate <link name='base'>"),
     (f'<robot>{_A}{_B}{_joint("j1", "base", "a")}{_joint("j1", "a", "b")}</robot>', "duplicate <joint name='j1'>"),
 ]
@@ -295,3 +295,106 @@ def test_bad_file_names_the_file(tmp_path):
     p.write_text(f'<robot>{_A}{_joint("j1", "base", "a", jtype="planar")}</robot>')
     with pytest.raises(ValueError, match=re.escape(str(p)) + ".*joint 'j1'.*planar"):
         diffmb.load_urdf(p)
+
+
+# ---------------------------------------------------------------------- real-file idioms
+
+_TRIANGLE = f'<robot><link name="base"/><link name="a">{_inertial(1.0, I=(1.0, 1.0, 3.0, 0, 0, 0))}</link>{_joint("j1", "base", "a")}</robot>'
+_INDEFINITE = f'<robot><link name="base"/><link name="a">{_inertial(1.0, I=(1.0, -2.0, 1.5, 0, 0, 0))}</link>{_joint("j1", "base", "a")}</robot>'
+
+
+@pytest.mark.parametrize("xml, problem", [(_TRIANGLE, "triangle"), (_INDEFINITE, "positive")])
+def test_invalid_inertia_policy_warn_error_repair(xml, problem):
+    with pytest.warns(UserWarning, match=f"URDF string: body 'a': .*{problem}.*kept as given"):
+        if xml is _INDEFINITE:  # kept, it makes M indefinite about the joint axis: refused
+            with pytest.raises(ValueError, match="not positive definite.*'j1'.*inertia='repair'"):
+                diffmb.load_urdf(xml)
+        else:
+            kept = diffmb.load_urdf(xml)
+            assert float(kept.inertia[0][2, 2]) == 3.0  # as written
+    with pytest.raises(ValueError, match=f"body 'a': .*{problem}.*inertia='repair'"):
+        diffmb.load_urdf(xml, inertia="error")
+    with pytest.warns(UserWarning, match="nearest valid inertia"):
+        fixed = diffmb.load_urdf(xml, inertia="repair")
+    a, b, c = np.linalg.eigvalsh(np.asarray(fixed.inertia[0]))
+    assert a >= 0 and a + b >= c - 1e-12  # valid now
+    # nearest: no valid tensor is closer than the projection (checked against a scan)
+    I0 = np.diag([1.0, 1.0, 3.0]) if xml is _TRIANGLE else np.diag([1.0, -2.0, 1.5])
+    rng = np.random.default_rng(0)
+    d = np.linalg.norm(np.asarray(fixed.inertia[0]) - I0)
+    for _ in range(2000):
+        ev = np.sort(rng.uniform(0, 4, 3))
+        if ev[0] + ev[1] >= ev[2]:
+            assert np.linalg.norm(np.diag(ev) - np.diag(np.linalg.eigvalsh(I0))) >= d - 1e-12
+
+
+def test_invalid_placeholder_merged_into_a_valid_body_is_accepted():
+    """A microgram placeholder with an indefinite tensor, fixed to a real link, vanishes
+    in the merge: no warning."""
+    xml = (f'<robot><link name="base"/><link name="a">{_inertial(2.0)}</link>'
+           f'<link name="tip">{_inertial(1e-9, I=(1e-9, -2e-9, 1.5e-9, 0, 0, 0))}</link>'
+           f'{_joint("j1", "base", "a")}{_joint("f", "a", "tip", jtype="fixed")}</robot>')
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        diffmb.load_urdf(xml)
+
+
+def test_point_mass_round_off_is_not_indefinite():
+    xml = (f'<robot><link name="base"/><link name="a">{_inertial(1.0, com=(0, 0, -1), I=(0, 0, 0, 2.4e-35, 0, 0))}'
+           f'</link>{_joint("j1", "base", "a")}</robot>')
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = diffmb.load_urdf(xml)
+    assert float(diffmb.mass_matrix(model, jnp.zeros(1))[0, 0]) == pytest.approx(1.0)  # m l^2
+
+
+def test_massless_virtual_links_of_a_three_axis_hip():
+    """Three revolute joints through one point with two massless links between them: the
+    mass matrix is the one of a single link on a spherical joint (regular)."""
+    I = (0.3, 0.2, 0.1, 0, 0, 0)
+    xml = (f'<robot><link name="base"/><link name="v1"/><link name="v2"/><link name="leg">{_inertial(2.0, com=(0, 0, -0.5), I=I)}</link>'
+           f'{_joint("hx", "base", "v1", axis=(1, 0, 0))}{_joint("hy", "v1", "v2", axis=(0, 1, 0))}'
+           f'{_joint("hz", "v2", "leg", axis=(0, 0, 1))}</robot>')
+    model = diffmb.load_urdf(xml)
+    M = np.asarray(diffmb.mass_matrix(model, jnp.zeros(3)))
+    # at q = 0 the three axes are the leg's body axes: M = I_o (inertia about the hip point)
+    I_o = np.diag([0.3, 0.2, 0.1]) + 2.0 * (0.25 * np.eye(3) - np.outer([0, 0, -0.5], [0, 0, -0.5]))
+    np.testing.assert_allclose(M, I_o, atol=1e-12)
+    a = diffmb.forward_dynamics(model, jnp.zeros(3), jnp.zeros(3), jnp.ones(3))
+    np.testing.assert_allclose(np.asarray(a), np.linalg.solve(I_o, np.ones(3) - np.asarray(
+        diffmb.inverse_dynamics(model, jnp.zeros(3), jnp.zeros(3), jnp.zeros(3)))), atol=1e-12)
+
+
+def test_massless_fixed_child_with_inertia_is_merged():
+    """A fixed child of zero mass but nonzero rotational inertia (Bolt's placeholders):
+    its inertia adds to the parent's; it used to be dropped."""
+    Ic = (0.01, 0.02, 0.03, 0, 0, 0)
+    xml = (f'<robot><link name="base"/><link name="a">{_inertial(1.0, com=(0, 0, -1))}</link>'
+           f'<link name="wheel">{_inertial(0.0, I=Ic)}</link>'
+           f'{_joint("j1", "base", "a", axis=(0, 0, 1))}{_joint("f", "a", "wheel", jtype="fixed", xyz=(0, 0, -1))}</robot>')
+    model = diffmb.load_urdf(xml)
+    # about the z axis: the link's own 0.1 + m d^2 with d = 0 (com on the axis) + the wheel's 0.03
+    assert float(diffmb.mass_matrix(model, jnp.zeros(1))[0, 0]) == pytest.approx(0.1 + 0.03, abs=1e-14)
+
+
+def test_root_link_named_world():
+    xml = (f'<robot><link name="world"/><link name="base">{_inertial(2.0)}</link><link name="a">{_inertial(1.0)}</link>'
+           f'{_joint("fix", "world", "base", jtype="fixed")}{_joint("j1", "base", "a")}</robot>')
+    fixed = diffmb.load_urdf(xml)
+    assert fixed.nq == 1
+    floating = diffmb.load_urdf(xml, floating_base=True)
+    assert floating.body_names[0] == "world_link" and floating.nv == 7
+    assert float(floating.mass[0]) == pytest.approx(2.0)  # base merged into the free body
+
+
+_MIMIC = "<mimic joint='j1' multiplier='1'/>"
+
+
+def test_mimic_is_reported_not_ignored():
+    xml = (f'<robot><link name="base"/><link name="a">{_inertial(1.0)}</link><link name="b">{_inertial(1.0)}</link>'
+           f'{_joint("j1", "base", "a")}{_joint("j2", "a", "b", extra=_MIMIC)}</robot>')
+    with pytest.warns(UserWarning, match="joint 'j2' <mimic joint='j1'> is not enforced"):
+        model = diffmb.load_urdf(xml)
+    assert model.nq == 2

@@ -14,6 +14,7 @@ elements), which need not be topological; the algorithms permute internally.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 
 import equinox as eqx
@@ -172,23 +173,55 @@ def _rot_from(rot, rpy, what):
     return R
 
 
-def check_inertia(mass, com, inertia, what):
-    """Validate a rigid body's inertial data; raise ValueError naming ``what``."""
+INERTIA_POLICIES = ("warn", "error", "repair")
+NO_MOVABLE_JOINTS = ("model has no movable joints: nothing moves (every body is fixed); a "
+                     "floating base (load_urdf(..., floating_base=True)) makes the root a free body")
+
+
+def inertia_problem(mass, inertia) -> str | None:
+    """What makes ``(mass, inertia)`` physically invalid, or None.
+
+    The tolerance is relative to the largest principal moment with an absolute floor of
+    1e-18 kg m^2, so a point mass whose tensor carries a 1e-35 round-off passes.
+    """
     if not np.isfinite(mass) or mass < 0:
-        raise ValueError(f"{what}: mass must be finite and non-negative, got {mass}")
+        return f"mass must be finite and non-negative, got {mass}"
     I = np.asarray(inertia, float)
+    if not np.all(np.isfinite(I)):
+        return "inertia has non-finite entries"
     if not np.allclose(I, I.T, atol=1e-12 * max(1.0, np.abs(I).max())):
-        raise ValueError(f"{what}: inertia matrix is not symmetric")
-    if mass == 0 and np.allclose(I, 0):
-        return
-    ev = np.linalg.eigvalsh(I)
-    tol = 1e-9 * max(ev.max(), 1e-300)
+        return "inertia matrix is not symmetric"
+    if np.allclose(I, 0):
+        return None
+    ev = np.linalg.eigvalsh(0.5 * (I + I.T))
+    tol = 1e-9 * max(ev.max(), 0.0) + 1e-18
     # Zero principal moments are allowed (point masses, slender rods: Madonna's slider-crank).
     if ev.min() < -tol:
-        raise ValueError(f"{what}: inertia is not positive (semi-)definite (eigenvalues {ev})")
+        return f"inertia is not positive (semi-)definite (eigenvalues {ev})"
     a, b, c = ev
     if a + b < c - tol:
-        raise ValueError(f"{what}: principal inertias {ev} break the triangle inequality")
+        return f"principal inertias {ev} break the triangle inequality"
+    return None
+
+
+def check_inertia(mass, com, inertia, what):
+    """Validate a rigid body's inertial data; raise ValueError naming ``what``."""
+    problem = inertia_problem(mass, inertia)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
+
+
+def repair_inertia(inertia) -> np.ndarray:
+    """The nearest valid inertia (Frobenius norm): negative principal moments clipped to
+    0, then the triangle inequality ``a + b >= c`` restored by the Euclidean projection
+    onto that half-space (``a, b`` raised and ``c`` lowered by the same third of the gap)."""
+    I = 0.5 * (np.asarray(inertia, float) + np.asarray(inertia, float).T)
+    ev, Q = np.linalg.eigh(I)
+    ev = np.maximum(ev, 0.0)
+    gap = ev[2] - ev[0] - ev[1]
+    if gap > 0:
+        ev = ev + np.array([gap, gap, -gap]) / 3
+    return Q @ np.diag(ev) @ Q.T
 
 
 @dataclass
@@ -273,7 +306,11 @@ class ModelBuilder:
         mass = float(mass)
         com = _arr(com, (3,), what + " com")
         inertia = _arr(inertia, (3, 3), what + " inertia")
-        check_inertia(mass, com, inertia, what)
+        if not np.isfinite(mass) or mass < 0:
+            raise ValueError(f"{what}: mass must be finite and non-negative, got {mass}")
+        if not np.allclose(inertia, inertia.T, atol=1e-12 * max(1.0, np.abs(inertia).max())):
+            raise ValueError(f"{what}: inertia matrix is not symmetric")
+        # the rest of the validation waits for fixed links to be merged (build)
 
         def per_dof(x, field_name):
             a = np.broadcast_to(np.asarray(x, float), (nv,)).copy() if nv else np.zeros(0)
@@ -307,9 +344,19 @@ class ModelBuilder:
         )
         return self
 
-    def build(self) -> Model:
+    def build(self, *, inertia: str = "error", where: str = "") -> Model:
+        """The Model. Fixed joints are merged first, then every moving body's inertia is
+        validated; an invalid one (broken triangle inequality, an indefinite tensor, as
+        real description files carry in placeholders) is refused (``inertia="error"``),
+        kept with a warning that names the body and its merged links (``"warn"``), or
+        replaced by the nearest valid inertia with a warning (``"repair"``,
+        :func:`repair_inertia`). Massless bodies (virtual links between joints) are
+        accepted; whether the mass matrix stays regular is the caller's check
+        (:func:`check_regular`). ``where`` prefixes messages (a file name)."""
+        if inertia not in INERTIA_POLICIES:
+            raise ValueError(f"inertia: one of {', '.join(INERTIA_POLICIES)}, got {inertia!r}")
         if not self._bodies:
-            raise ValueError("model has no bodies")
+            raise ValueError(NO_MOVABLE_JOINTS)
         by_name = {b.name: b for b in self._bodies}
 
         # Merge fixed joints: accumulate each fixed body's pose relative to its nearest
@@ -327,24 +374,27 @@ class ModelBuilder:
 
         moving = [b for b in self._bodies if b.kind != "fixed"]
         if not moving:
-            raise ValueError("model has no movable joints")
+            raise ValueError(NO_MOVABLE_JOINTS)
         inert = {b.name: (b.mass, b.com.copy(), b.inertia.copy()) for b in moving}
+        merged = {}  # moving body -> fixed links folded into it (for messages)
         frames = []
         for b in self._bodies:
             if b.kind != "fixed":
                 continue
             anc, E, r = moving_ancestor(b)
             frames.append((b.name, anc, E, r))
-            if b.mass == 0:
+            if b.mass == 0 and not np.any(b.inertia):
                 continue
             if anc == "world":
                 continue  # mass attached to the fixed world has no dynamics
+            merged.setdefault(anc, []).append(b.name)
             m0, c0, I0 = inert[anc]
-            # child body's com and inertia in ancestor coordinates
+            # child body's com and inertia in ancestor coordinates (a massless child with
+            # rotational inertia, a flywheel placeholder, adds its inertia about its com)
             c1 = r + E.T @ b.com
             I1 = E.T @ b.inertia @ E
             m = m0 + b.mass
-            c = (m0 * c0 + b.mass * c1) / m
+            c = (m0 * c0 + b.mass * c1) / m if m > 0 else c0
             d0, d1 = c0 - c, c1 - c
             shift = lambda mm, d: mm * (d @ d * np.eye(3) - np.outer(d, d))  # noqa: E731
             inert[anc] = (m, c, I0 + shift(m0, d0) + I1 + shift(b.mass, d1))
@@ -371,11 +421,20 @@ class ModelBuilder:
                 )
         for n in names:
             m, c, I = inert[n]
-            if m <= 0:
-                raise ValueError(
-                    f"body {n!r}: a moving body needs positive mass (after merging fixed links)"
-                )
-            check_inertia(m, c, I, f"body {n!r} (after merging fixed links)")
+            problem = inertia_problem(m, I)
+            if problem is None:
+                continue
+            what = f"body {n!r}" + (f" (with fixed links {', '.join(merged[n])} merged)" if n in merged else "")
+            if inertia == "error":
+                raise ValueError(f"{where}{what}: {problem}; load with inertia='repair' to use the "
+                                 f"nearest valid inertia, or inertia='warn' to keep it as given")
+            if inertia == "repair":
+                inert[n] = (m, c, repair_inertia(I))
+                warnings.warn(f"{where}{what}: {problem}; replaced by the nearest valid inertia "
+                              f"{np.round(np.linalg.eigvalsh(inert[n][2]), 12)}", stacklevel=3)
+            else:
+                warnings.warn(f"{where}{what}: {problem}; kept as given (inertia='repair' replaces "
+                              f"it by the nearest valid one, inertia='error' refuses it)", stacklevel=3)
 
         def cat(attr):
             return jnp.asarray(np.concatenate([getattr(by_name[n], attr) for n in names]))

@@ -24,6 +24,18 @@ by the joint name.
   the fixed world: its frame is the world frame and its own mass is dropped. With
   ``floating_base=True`` the root link is a body on a 6-DOF ``free`` joint named
   :data:`ROOT_JOINT` (``q = [sigma; p]``, ``qd = [omega; v]`` body frame).
+* Inertias are validated after fixed links are merged into their moving ancestor (real
+  files carry invalid placeholders that vanish once merged); one still invalid then is
+  kept with a warning naming the body and the links merged into it (``inertia="warn"``,
+  the default), refused (``"error"``) or replaced by the nearest valid inertia
+  (``"repair"``). Massless links (virtual links between the joints of a 3-axis hip) and
+  point masses are accepted wherever the mass matrix stays regular
+  (:mod:`diffmb.regularity`); otherwise the error names the joints that move nothing.
+* ``<mimic>`` is reported (a warning) and not enforced: the joint stays an independent
+  coordinate, as in Pinocchio's default model.
+* A root link named ``world`` is the world frame (fixed base) or, with
+  ``floating_base=True``, the free body, renamed ``world_link`` (the free joint carries the
+  root link, as in Pinocchio). A non-root link named ``world`` is refused.
 * Coordinate order: the movable joints in document order of the ``<joint>`` elements
   (the free root joint first), whatever the tree order; see :func:`diffmb.model.reorder_joints`.
 
@@ -33,6 +45,7 @@ the link or joint and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 import xml.etree.ElementTree as ET
@@ -43,7 +56,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import spatial as sp
-from .model import Model, ModelBuilder, check_inertia, reorder_joints
+import warnings
+
+from .model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
+from .regularity import check_regular
 
 ROOT_JOINT = "root_joint"
 """Name of the free joint that carries the root link when ``floating_base=True``."""
@@ -145,7 +161,8 @@ def _parse_link(el, where) -> _Link:
     )
     R = _rpy_dcm(rpy).T
     inertia = R @ I_in @ R.T
-    check_inertia(mass, xyz, inertia, f"{w} <inertial>")
+    # validated after fixed links are merged (ModelBuilder.build): placeholders that are
+    # invalid alone are often fine once folded into their moving ancestor
     return _Link(name, mass, xyz, inertia)
 
 
@@ -266,13 +283,17 @@ def _read(source):
     return root, where
 
 
-def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81)) -> Model:
+def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
+              inertia: str = "warn") -> Model:
     """Build a :class:`~diffmb.model.Model` from a URDF path or XML string.
 
     ``source``: a ``str``/``pathlib.Path`` path, or the XML itself (a string whose first
     non-blank character is ``<``). ``floating_base``: put the root link on a free joint
     named :data:`ROOT_JOINT` (first in ``q``) instead of fixing it to the world.
-    See the module docstring for the conventions.
+    ``inertia``: what to do with a body whose inertia is physically invalid after fixed
+    links are merged (real files carry such placeholders): ``"warn"`` (default: keep it,
+    warn naming the link), ``"error"`` (refuse), ``"repair"`` (nearest valid inertia, with
+    a warning). See the module docstring for the conventions.
     """
     robot, where = _read(source)
     links = {}
@@ -289,9 +310,19 @@ def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81))
         seen.add(j.name)
     if not links:
         raise ValueError(f"{where}: <robot> has no <link> elements")
-    if "world" in links and floating_base:
-        raise ValueError(f"{where}: link name 'world' is reserved with floating_base=True")
     root, order = _tree(links, joints, where)
+    if "world" in links:
+        if root != "world":
+            raise ValueError(f"{where}: link 'world' is not the root link; the name 'world' is "
+                             f"reserved for the fixed world frame: rename that link")
+        if floating_base:  # the free joint carries the root link, as in Pinocchio: rename it
+            links = {("world_link" if n == "world" else n): l for n, l in links.items()}
+            root = "world_link"
+            joints = [dataclasses.replace(j, parent="world_link") if j.parent == "world" else j for j in joints]
+            order = [dataclasses.replace(j, parent="world_link") if j.parent == "world" else j for j in order]
+    _warn_mimic(robot, where)
+    if not floating_base and all(j.kind == "fixed" for j in joints):
+        raise ValueError(f"{where}: {NO_MOVABLE_JOINTS}")
 
     b = ModelBuilder(gravity=tuple(float(g) for g in gravity))
     if floating_base:
@@ -320,8 +351,22 @@ def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81))
         except ValueError as e:
             raise ValueError(f"{where}: joint {j.name!r} -> link {link.name!r}: {e}") from None
     try:
-        model = b.build()
+        model = b.build(inertia=inertia, where=f"{where}: ")
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        msg = str(e)
+        raise ValueError(msg if msg.startswith(where) else f"{where}: {msg}") from None
     public = ([ROOT_JOINT] if floating_base else []) + [j.name for j in joints if j.kind != "fixed"]
-    return reorder_joints(model, public)
+    model = reorder_joints(model, public)
+    check_regular(model, f"{where}: ")
+    return model
+
+
+def _warn_mimic(robot, where):
+    """``<mimic>`` couples a joint to another; diffmb keeps it an independent coordinate
+    (as Pinocchio's default model does). Say so rather than ignore it silently."""
+    for el in robot.findall("joint"):
+        m = el.find("mimic")
+        if m is not None:
+            warnings.warn(f"{where}: joint {el.get('name')!r} <mimic joint={m.get('joint')!r}> is not "
+                          f"enforced: {el.get('name')!r} is an independent coordinate (drive it, or close "
+                          f"the coupling with a constraint)", stacklevel=3)
