@@ -7,6 +7,8 @@ from .system import System, TreeSystem
 from .integrate import SOLVERS, simulate
 from .trajectory import Trajectory
 from .urdf import load_urdf
+from .closed_chain import assemble, close_loops
+from .mjcf_import import load_mjcf
 from .tree import (
     bias_forces,
     center_of_mass,
@@ -26,6 +28,9 @@ from .tree import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "assemble",
+    "close_loops",
+    "load_mjcf",
     "System",
     "TreeSystem",
     "simulate",

@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Simulate a scenario (defaults from the scenario; see `diffmb list`). Writes "
         "<out>/<scenario>.npz, .csv and plots; --json writes a summary."))
     cli_design.scenario_args(r)
+    r.add_argument("--closures", metavar="LOOPS.json",
+                   help="with a .urdf model: a loop file (closures and the initial state)")
+    r.add_argument("--key", metavar="NAME", help="with an MJCF (.xml) model: the keyframe to start from "
+                   "(default: the first)")
     r.add_argument("--t1", type=float, metavar="S", help="end time [s]")
     r.add_argument("--dt", type=float, metavar="S",
                    help="step [s] (fixed-step solvers) or first step (adaptive)")
@@ -192,7 +196,7 @@ def _positive(name, v):
 
 def resolve(args) -> RunConfig:
     """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
-    sc = scenarios.get(args.scenario)
+    sc = scenarios.get(args.scenario, closures=getattr(args, "closures", None), key=getattr(args, "key", None))
     stabilization = args.stabilization or sc.stabilization
     system, params, values = sc.make(parse_sets(args.sets), stabilization)
     solver = args.solver or sc.solver

@@ -72,13 +72,15 @@ class Closure:
 
 
 def closure_rows(kind: str, axis: int = 0) -> tuple:
-    """Rows of a ``weld``, ``point`` or ``hinge`` closure (hinge free about node ``axis``)."""
-    if kind == "hinge":
+    """Rows of a ``weld``, ``point``, ``hinge`` (rotation about node ``axis`` free) or
+    ``slider`` (translation along node ``axis`` free) closure."""
+    if kind in ("hinge", "slider"):
         if axis not in (0, 1, 2):
-            raise ValueError(f"hinge axis must be 0, 1 or 2 (x, y, z), got {axis!r}")
-        return tuple(i for i in range(6) if i != axis)
+            raise ValueError(f"{kind} axis must be 0, 1 or 2 (x, y, z), got {axis!r}")
+        free = axis if kind == "hinge" else 3 + axis
+        return tuple(i for i in range(6) if i != free)
     if kind not in KINDS:
-        raise ValueError(f"unknown closure kind {kind!r}; expected weld, point or hinge")
+        raise ValueError(f"unknown closure kind {kind!r}; expected weld, point, hinge or slider")
     return KINDS[kind]
 
 
@@ -208,14 +210,31 @@ def _bodies(nodes):
             np.array([c.body_b for c in nodes.closures], dtype=np.int32))
 
 
+def _motion(a, idx):
+    """Rows ``idx`` of a per-body motion array; a node on the world (``-1``) is at rest."""
+    rows = a[np.maximum(idx, 0)]
+    world = idx < 0
+    return jnp.where(world[:, None], 0.0, rows) if world.any() else rows
+
+
+def _frames(ws, idx, rot, pos):
+    """:func:`~diffmb.kinematics.point_frames` with ``-1`` meaning the world frame."""
+    world = idx < 0
+    if not world.any():
+        return point_frames(ws, idx, rot, pos)
+    E = jnp.where(world[:, None, None], jnp.eye(3, dtype=ws.rot.dtype), ws.rot[np.maximum(idx, 0)])
+    p = jnp.where(world[:, None], 0.0, ws.pos[np.maximum(idx, 0)])
+    return sp.mm(rot, E), p + sp.mtv(E, pos)
+
+
 # ---------------------------------------------------------------- node kinematics
 
 
 def node_frames(ws, nodes):
     """World DCMs and origins of both nodes of every pair: ``(Ea, pa, Eb, pb)``."""
     ia, ib = _bodies(nodes)
-    Ea, pa = point_frames(ws, ia, nodes.rot_a, nodes.pos_a)
-    Eb, pb = point_frames(ws, ib, nodes.rot_b, nodes.pos_b)
+    Ea, pa = _frames(ws, ia, nodes.rot_a, nodes.pos_a)
+    Eb, pb = _frames(ws, ib, nodes.rot_b, nodes.pos_b)
     return Ea, pa, Eb, pb
 
 
@@ -247,22 +266,23 @@ def residual(ws, nodes):
 def _to_node_a(ws, nodes, m):
     """World-origin motion vectors ``m (P, 6)`` in node A's coordinates at its origin."""
     ia, _ = _bodies(nodes)
-    Ea, pa = point_frames(ws, ia, nodes.rot_a, nodes.pos_a)
+    Ea, pa = _frames(ws, ia, nodes.rot_a, nodes.pos_a)
     return sp.xform_motion(Ea, pa, m), (Ea, pa)
 
 
 def velocity(ws, nodes):
     """``w (P, 6)``: body B's velocity relative to body A at node A, node A's axes."""
     ia, ib = _bodies(nodes)
-    return _to_node_a(ws, nodes, ws.vel[ib] - ws.vel[ia])[0]
+    return _to_node_a(ws, nodes, _motion(ws.vel, ib) - _motion(ws.vel, ia))[0]
 
 
 def velocity_product(ws, nodes):
     """``g (P, 6)`` with ``w_dot = G qdd + g`` (eqs. 36-39): from the bias accelerations."""
     ia, ib = _bodies(nodes)
-    w, (Ea, pa) = _to_node_a(ws, nodes, ws.vel[ib] - ws.vel[ia])
-    dacc = sp.xform_motion(Ea, pa, ws.acc[ib] - ws.acc[ia])
-    va = sp.xform_motion(Ea, pa, ws.vel[ia])
+    va_w = _motion(ws.vel, ia)
+    w, (Ea, pa) = _to_node_a(ws, nodes, _motion(ws.vel, ib) - va_w)
+    dacc = sp.xform_motion(Ea, pa, _motion(ws.acc, ib) - _motion(ws.acc, ia))
+    va = sp.xform_motion(Ea, pa, va_w)
     return dacc - sp.cross_motion(va, w)
 
 
@@ -271,7 +291,7 @@ def jacobian_blocks(ws, nodes) -> tuple:
     loop's joints; unconstrained rows are zero."""
     ia, _ = _bodies(nodes)
     dt = ws.S.dtype
-    Ea, pa = point_frames(ws, ia, nodes.rot_a, nodes.pos_a)
+    Ea, pa = _frames(ws, ia, nodes.rot_a, nodes.pos_a)
     X = sp.xform_matrix(Ea, pa) * jnp.asarray(nodes.mask()[..., None], dt)   # (P, 6, 6)
     S = jnp.concatenate([ws.S, jnp.zeros((1, 6), dt)], 0)
     out = []

@@ -123,14 +123,26 @@ def register(scenario: Scenario) -> Scenario:
     return scenario
 
 
-def get(name: str) -> Scenario:
-    """The registered scenario ``name``, or for a path ending in ``.fold`` an ad-hoc
-    scenario that loads that FOLD crease pattern (:func:`origami.fold_scenario`)."""
-    if str(name).lower().endswith(".fold") and name not in REGISTRY:
+def get(name: str, *, closures=None, key=None) -> Scenario:
+    """The registered scenario ``name``; for a path ending in ``.fold`` an ad-hoc scenario
+    that loads that FOLD crease pattern (:func:`origami.fold_scenario`), for ``.urdf`` a
+    robot description (``closures``: a loop file), for ``.xml`` an MJCF model (``key``: its
+    keyframe); see :mod:`diffmb.scenarios.files`."""
+    low = str(name).lower()
+    if closures is not None and not low.endswith(".urdf"):
+        raise ValueError(f"--closures applies to a .urdf model, not to {name!r}")
+    if key is not None and not low.endswith(".xml"):
+        raise ValueError(f"--key applies to an MJCF (.xml) model, not to {name!r}")
+    if low.endswith(".xml"):
+        return files.mjcf_scenario(name, key)
+    if low.endswith(".fold") and name not in REGISTRY:
         return origami.fold_scenario(name)  # ValueError naming the path if it is missing
+    if low.endswith(".urdf"):
+        return files.urdf_scenario(name, closures)
     if name not in REGISTRY:
-        raise ValueError(f"unknown scenario {name!r}; available: {', '.join(sorted(REGISTRY))}")
+        raise ValueError(f"unknown scenario {name!r}; available: {', '.join(sorted(REGISTRY))} "
+                         f"(or a .fold, .urdf or MJCF .xml file)")
     return REGISTRY[name]
 
 
-from . import flexible, fourbar, kane, origami, pendulum, tensegrity, udwadia_kalaba  # noqa: E402,F401  (registers)
+from . import files, flexible, fourbar, kane, origami, pendulum, tensegrity, udwadia_kalaba  # noqa: E402,F401  (registers)

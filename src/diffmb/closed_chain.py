@@ -1,0 +1,286 @@
+"""Closed chains on a user's model: loop closures by name, a consistent initial state,
+and a JSON loop file.
+
+A loop is cut at one joint; the cut joint becomes a closure between two nodes, one on
+each side (Fulton & Schaub sec. 2.3; Madonna's cut joints). Users name them as they name
+joints::
+
+    loops = diffmb.close_loops(model, [
+        {"name": "B", "kind": "revolute", "a": "coupler", "b": "rocker",
+         "point": [1.0, 0, 0], "point_b": [0.8, 0, 0], "axis": [0, 0, 1]},
+    ])
+    q0, qd0 = diffmb.assemble(model, loops, {"crank": 0.3}, fixed=["crank"], rates={"crank": 2.0})
+
+Keys of a closure (anything else is an error):
+
+``name``      optional label (default ``loop<k>``)
+``kind``      ``revolute`` / ``hinge`` (rotation about ``axis`` free), ``spherical`` /
+              ``point`` / ``ball`` (rotation free), ``weld`` / ``fixed`` (nothing free),
+              ``prismatic`` / ``slider`` (translation along ``axis`` free)
+``a``, ``b``  link (body) or frame names; a frame merged away by a fixed joint (a URDF
+              ``coupler_tip`` link) places the node on its body; ``world`` is the ground
+``point``     the node on ``a``, in ``a``'s frame (default the origin)
+``point_b``   the node on ``b``, in ``b``'s frame (default: the point of ``b`` that
+              coincides with ``point`` at the configuration ``q`` given to
+              :func:`close_loops`, the model's zero pose by default)
+``axis``      for revolute and prismatic: the joint axis, a vector in ``a``'s frame
+``axis_b``    the same axis in ``b``'s frame (default: from ``q``, as ``point_b``)
+
+A loop file (JSON) holds ``{"closures": [...], "initial": {"q": {joint: value},
+"fixed": [joint, ...], "rates": {joint: value}}}``: :func:`read_loops`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import closures as cl
+from .kinematics import kinematics
+from .model import Model
+
+KINDS = {"revolute": "hinge", "hinge": "hinge", "spherical": "point", "point": "point",
+         "ball": "point", "weld": "weld", "fixed": "weld", "prismatic": "slider", "slider": "slider"}
+KEYS = ("name", "kind", "a", "b", "point", "point_b", "axis", "axis_b")
+WORLD = "world"
+
+
+def _vector(spec, key, what, default=None):
+    v = spec.get(key, default)
+    if v is None:
+        return None
+    try:
+        arr = np.asarray(v, float)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.shape != (3,) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what}: {key!r} must be 3 finite numbers, got {v!r}")
+    return arr
+
+
+def _basis(axis, what, key):
+    """DCM ``[node, body]`` whose node x axis is ``axis`` (body components)."""
+    n = np.linalg.norm(axis)
+    if n < 1e-12:
+        raise ValueError(f"{what}: {key!r} must be a non-zero vector")
+    x = axis / n
+    helper = np.eye(3)[int(np.argmin(np.abs(x)))]
+    y = np.cross(x, helper)
+    y /= np.linalg.norm(y)
+    return np.stack([x, y, np.cross(x, y)])
+
+
+def _place(model: Model, name, what, key):
+    """``(body index, DCM [frame body], origin in body)`` of a body, frame or the world."""
+    if name == WORLD:
+        return -1, np.eye(3), np.zeros(3)
+    if name in model.body_names:
+        return model.body_index(name), np.eye(3), np.zeros(3)
+    if name in model.frame_names:
+        k = model.frame_names.index(name)
+        return (int(model.frame_bodies[k]), np.asarray(model.frame_rot[k], float),
+                np.asarray(model.frame_pos[k], float))
+    raise ValueError(f"{what}: {key!r} names {name!r}, which is neither a link, a frame nor "
+                     f"'world'; links: {', '.join(model.body_names)}"
+                     + (f"; frames: {', '.join(model.frame_names)}" if model.frame_names else ""))
+
+
+def _world_pose(ws, body, rot, pos):
+    """World DCM ``[node world]`` and origin of a node fixed on ``body`` (-1: world)."""
+    if body < 0:
+        return rot, pos
+    E, p = np.asarray(ws.rot[body]), np.asarray(ws.pos[body])
+    return rot @ E, p + E.T @ pos
+
+
+def close_loops(model: Model, specs, q=None) -> cl.LoopClosures:
+    """:class:`~diffmb.closures.LoopClosures` from closure descriptions (module doc).
+
+    ``specs``: a list of dicts, or a loop-file dict with a ``closures`` list. ``q``: the
+    configuration where nodes B are placed when ``point_b``/``axis_b`` are not given.
+    """
+    if isinstance(specs, dict):
+        specs = specs.get("closures", None)
+    if not isinstance(specs, list | tuple) or not specs:
+        raise ValueError("closures: give a non-empty list of closures (dicts)")
+    q = model.neutral() if q is None else jnp.asarray(q, float)
+    ws = kinematics(model, q)
+    pairs, names = [], set()
+    for k, spec in enumerate(specs):
+        what = f"closure {k}"
+        if not isinstance(spec, dict):
+            raise ValueError(f"{what}: expected a dict with keys {', '.join(KEYS)}, got {spec!r}")
+        name = str(spec.get("name", f"loop{k}"))
+        what = f"closure {name!r}"
+        unknown = sorted(set(spec) - set(KEYS))
+        if unknown:
+            raise ValueError(f"{what}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(KEYS)}")
+        if name in names:
+            raise ValueError(f"{what}: duplicate name")
+        names.add(name)
+        for key in ("kind", "a", "b"):
+            if key not in spec:
+                raise ValueError(f"{what}: missing {key!r}")
+        kind = KINDS.get(str(spec["kind"]).lower())
+        if kind is None:
+            raise ValueError(f"{what}: kind {spec['kind']!r} is not one of {', '.join(KINDS)}")
+        ba, Ra, pa = _place(model, spec["a"], what, "a")
+        bb, Rb, pb = _place(model, spec["b"], what, "b")
+        if ba == bb:
+            raise ValueError(f"{what}: 'a' and 'b' are on the same body; a closure joins two bodies")
+        point = _vector(spec, "point", what, (0.0, 0.0, 0.0))
+        axis = _vector(spec, "axis", what)
+        if kind in ("hinge", "slider") and axis is None:
+            raise ValueError(f"{what}: a {spec['kind']} closure needs 'axis' (a vector in {spec['a']!r}'s frame)")
+        if kind in ("point", "weld") and (axis is not None or "axis_b" in spec):
+            raise ValueError(f"{what}: a {spec['kind']} closure has no axis")
+        node_a = _basis(axis, what, "axis") if axis is not None else np.eye(3)
+        rot_a, pos_a = node_a @ Ra, pa + Ra.T @ point       # in body a
+        Ew, pw = _world_pose(ws, ba, rot_a, pos_a)         # node A in the world at q
+        Eb, ob = _world_pose(ws, bb, np.eye(3), np.zeros(3))
+        point_b = _vector(spec, "point_b", what)
+        pos_b = Rb.T @ point_b + pb if point_b is not None else Eb @ (pw - ob)
+        axis_b = _vector(spec, "axis_b", what)
+        rot_b = _basis(axis_b, what, "axis_b") @ Rb if axis_b is not None else Ew @ Eb.T
+        pairs.append(dict(name=name, body_a=ba, body_b=bb, kind=kind, axis=0,
+                          rot_a=rot_a, pos_a=pos_a, rot_b=rot_b, pos_b=pos_b))
+    return _make(model, pairs)
+
+
+def _make(model, pairs):
+    items = tuple(cl.Closure(p["name"], p["body_a"], p["body_b"], cl.closure_rows(p["kind"], p["axis"]))
+                  for p in pairs)
+    from .layout import layout
+
+    stack = lambda key: jnp.asarray(np.stack([p[key] for p in pairs]))  # noqa: E731
+    return cl.LoopClosures(rot_a=stack("rot_a"), pos_a=stack("pos_a"), rot_b=stack("rot_b"),
+                           pos_b=stack("pos_b"), closures=items,
+                           rows=tuple(int(i) for i in cl.row_index(items)),
+                           paths=cl.loop_paths(layout(model), items), nv=model.nv)
+
+
+def _joint_columns(model: Model, names, what):
+    cols = []
+    for n in names:
+        if n not in model.joint_names:
+            raise ValueError(f"{what}: unknown joint {n!r}; joints: {', '.join(model.joint_names)}")
+        j = model.joint_names.index(n)
+        b = model.body_joint.index(j)
+        s, e = model.body_slices[b]
+        cols += list(range(s, e))
+    return cols
+
+
+def _state(model: Model, guess, what) -> np.ndarray:
+    if guess is None:
+        return np.zeros(model.nq)
+    if isinstance(guess, dict):
+        q = np.zeros(model.nq)
+        for n, v in guess.items():
+            cols = _joint_columns(model, [n], what)
+            vals = np.atleast_1d(np.asarray(v, float))
+            if vals.size != len(cols) or not np.all(np.isfinite(vals)):
+                raise ValueError(f"{what}: joint {n!r} takes {len(cols)} finite number(s), got {v!r}")
+            q[cols] = vals
+        return q
+    q = np.asarray(guess, float)
+    if q.shape != (model.nq,):
+        raise ValueError(f"{what}: expected {model.nq} numbers or a dict by joint name, got shape {q.shape}")
+    return q
+
+
+def assemble(model: Model, loops: cl.LoopClosures, q_guess=None, *, fixed=(), rates=None,
+             tol: float = 1e-12, max_iter: int = 50):
+    """A consistent initial state ``(q0, qd0)`` for a closed chain.
+
+    ``q_guess``: joint values by name (others 0) or a full ``q``; the joints named in
+    ``fixed`` keep their guessed values (the independent coordinates) and the others are
+    moved by Gauss-Newton with minimum-norm steps until every closure holds to ``tol``.
+    ``rates``: joint rates by name, held; the other rates are the minimum-norm solution of
+    ``G qd = 0`` (so the velocity closes too). Raises ValueError naming the closures that
+    stay open.
+    """
+    q = _state(model, q_guess, "assemble: q_guess")
+    hold = _joint_columns(model, fixed, "assemble: fixed")
+    free = np.array([i for i in range(model.nq) if i not in hold], dtype=int)
+    rows = np.asarray(loops.rows)
+
+    residual = jax.jit(lambda q_: cl.position_residual(model, q_, loops).reshape(-1)[rows])
+    jac = jax.jit(jax.jacfwd(lambda q_: cl.position_residual(model, q_, loops).reshape(-1)[rows]))
+    r = np.asarray(residual(q))
+    for _ in range(max_iter):
+        if np.abs(r).max() <= tol:
+            break
+        J = np.asarray(jac(q))[:, free]
+        step = np.linalg.lstsq(J, -r, rcond=None)[0]
+        q_new = q.copy()
+        q_new[free] += step
+        r_new = np.asarray(residual(q_new))
+        t = 1.0
+        while np.linalg.norm(r_new) > np.linalg.norm(r) and t > 1e-4:  # damped when it overshoots
+            t /= 2
+            q_new = q.copy()
+            q_new[free] += t * step
+            r_new = np.asarray(residual(q_new))
+        q, r = q_new, r_new
+    if not np.abs(r).max() <= max(tol, 1e-9):
+        labels = cl.row_labels(loops.closures)
+        worst = sorted({labels[i].split(":")[0] for i in np.flatnonzero(np.abs(r) > 1e-9)})
+        raise ValueError(f"assemble: closure(s) {', '.join(map(repr, worst))} stay open (residual "
+                         f"{np.abs(r).max():.3g}) after {max_iter} Gauss-Newton steps; start from a "
+                         f"guess nearer a closed configuration, or hold fewer joints fixed")
+    qd = _state(model, rates, "assemble: rates")
+    held = _joint_columns(model, list((rates or {}).keys()), "assemble: rates")
+    if len(rows):
+        G = np.asarray(cl.jacobian(model, jnp.asarray(q), loops, rows=rows))
+        other = np.array([i for i in range(model.nv) if i not in held], dtype=int)
+        if other.size:
+            qd[other] = np.linalg.lstsq(G[:, other], -G[:, held] @ qd[held], rcond=None)[0]
+        if np.abs(G @ qd).max() > 1e-9 * max(1.0, np.abs(qd).max()):
+            raise ValueError("assemble: the given rates do not fit the closed chain (G qd = "
+                             f"{np.abs(G @ qd).max():.3g}); give fewer rates")
+    return jnp.asarray(q), jnp.asarray(qd)
+
+
+def read_loops(path) -> dict:
+    """A loop file (JSON, module doc) as a dict with ``closures`` and ``initial``; errors
+    name the file and the key."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"loop file not found: {path} (looked for {path.resolve()})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or "closures" not in data:
+        raise ValueError(f"{path}: expected an object with a 'closures' list (and optional 'initial')")
+    unknown = sorted(set(data) - {"closures", "initial"})
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))}; valid: closures, initial")
+    initial = data.get("initial", {}) or {}
+    bad = sorted(set(initial) - {"q", "fixed", "rates"})
+    if bad:
+        raise ValueError(f"{path}: 'initial' has unknown key(s) {', '.join(map(repr, bad))}; valid: q, fixed, rates")
+    return {"closures": data["closures"], "initial": initial, "path": str(path)}
+
+
+def closed_system(model: Model, loops_file, *, stabilization="projection", baumgarte=(0.0, 0.0)):
+    """A :class:`~diffmb.system.TreeSystem` of ``model`` closed by a loop file, assembled."""
+    from .system import TreeSystem
+
+    spec = read_loops(loops_file)
+    init = spec["initial"]
+    guess = _state(model, init.get("q"), f"{spec['path']}: initial.q")
+    try:
+        loops = close_loops(model, spec["closures"], q=guess)
+        q0, qd0 = assemble(model, loops, guess, fixed=init.get("fixed", ()), rates=init.get("rates"))
+    except ValueError as e:
+        raise ValueError(f"{spec['path']}: {e}") from None
+    if not math.isfinite(float(jnp.abs(q0).max())):
+        raise ValueError(f"{spec['path']}: assembly failed")
+    return TreeSystem(model, q0, qd0, closures=loops, stabilization=stabilization, baumgarte=baumgarte)

@@ -1,0 +1,247 @@
+"""MJCF import through MuJoCo's own compiler: ``load_mjcf(path) -> MjcfModel``.
+
+MuJoCo compiles the file (defaults, ``<include>``, inertias from geoms, ``childclass``,
+angle units), so what diffmb reads is exactly the model MuJoCo simulates. From the compiled
+``mujoco.MjModel``:
+
+* bodies become diffmb bodies with their mass, centre of mass and full inertia
+  (``body_ipos``, ``body_iquat``, ``body_inertia``); gravity is ``opt.gravity``;
+* joints ``hinge`` -> revolute, ``slide`` -> prismatic, ``ball`` -> spherical, ``free`` ->
+  free (root bodies only); a body with no joint is welded to its parent; a body with
+  several joints becomes a chain of massless bodies, one joint each, composed in MuJoCo's
+  order about each joint's own anchor (``jnt_pos``); ``dof_damping``, ``jnt_stiffness``
+  (about ``qpos_spring``) and ``jnt_range`` of limited joints are kept;
+* equality constraints ``connect`` -> a point closure, ``weld`` -> a weld closure, exact
+  (diffmb does not soften them: ``solref``/``solimp`` are ignored); inactive ones are
+  skipped; ``joint`` and ``tendon`` equalities are refused by name (diffmb's closures join
+  bodies, not coordinates);
+* a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
+  key, else ``qpos0`` at rest).
+
+Not carried over (said in :attr:`MjcfModel.notes`): contacts, actuators, tendons, armature
+and frictionloss. The body frame of a body whose joint has an anchor off its origin is
+moved onto the anchor (diffmb's body frame is its joint frame); positions are converted
+accordingly, names stay.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import spatial as sp
+from .closed_chain import _make
+from .model import Model, ModelBuilder
+from .regularity import check_regular
+
+_KIND = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
+
+
+@dataclass
+class MjcfModel:
+    """What :func:`load_mjcf` returns: the model, its exact closures (or None) and the
+    initial state of the chosen keyframe, in diffmb's conventions."""
+
+    model: Model
+    closures: object
+    q0: jnp.ndarray
+    qd0: jnp.ndarray
+    notes: list = field(default_factory=list)
+    #: per MuJoCo joint: (diffmb body index, kind) for state conversion
+    joint_bodies: tuple = ()
+
+    def system(self, *, stabilization=None, baumgarte=(0.0, 0.0)):
+        """A :class:`~diffmb.system.TreeSystem` at the keyframe state."""
+        from .system import TreeSystem
+
+        if stabilization is None:
+            stabilization = "projection" if self.closures is not None else "none"
+        return TreeSystem(self.model, self.q0, self.qd0, closures=self.closures,
+                          stabilization=stabilization, baumgarte=baumgarte)
+
+
+def _quat_dcm(q):
+    """DCM ``R`` (child -> parent components) of a MuJoCo quaternion ``(w, x, y, z)``."""
+    w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+
+
+def _mujoco():
+    try:
+        import mujoco
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ValueError("MJCF import compiles the file with MuJoCo: pip install 'diffmb[mujoco]'") from None
+    return mujoco
+
+
+def _compile(source):
+    mujoco = _mujoco()
+
+    if isinstance(source, str) and source.lstrip().startswith("<"):
+        where = "MJCF string"
+        try:
+            return mujoco.MjModel.from_xml_string(source), where
+        except ValueError as e:
+            raise ValueError(f"{where}: MuJoCo's compiler: {e}") from None
+    path = os.fspath(source)
+    where = f"MJCF file {path!r}"
+    if not os.path.isfile(path):
+        raise ValueError(f"{where} not found (looked for {os.path.abspath(path)})")
+    try:
+        return mujoco.MjModel.from_xml_path(path), where
+    except ValueError as e:
+        raise ValueError(f"{where}: MuJoCo's compiler: {' '.join(str(e).split())}") from None
+
+
+def load_mjcf(source, *, key=None) -> MjcfModel:
+    """Import an MJCF file (or XML string) compiled by MuJoCo; see the module docstring."""
+    mujoco = _mujoco()
+
+    m, where = _compile(source)
+    name = lambda kind, i: mujoco.mj_id2name(m, kind, i) or f"{kind.name.split('_')[-1].lower()}{i}"  # noqa: E731
+    OBJ = mujoco.mjtObj
+    b = ModelBuilder(gravity=tuple(float(g) for g in m.opt.gravity))
+    offset = {0: np.zeros(3)}      # MuJoCo body -> origin of its diffmb frame in MuJoCo body coords
+    last = {0: "world"}            # MuJoCo body -> name of its diffmb body (the last of its chain)
+    joints, notes = [], []
+    for i in range(1, m.nbody):
+        bname = name(OBJ.mjOBJ_BODY, i)
+        parent = int(m.body_parentid[i])
+        R = _quat_dcm(m.body_quat[i])                      # body -> parent
+        pos = m.body_pos[i] - offset[parent]               # in the parent's diffmb frame
+        Ri = _quat_dcm(m.body_iquat[i])
+        inertia = Ri @ np.diag(m.body_inertia[i]) @ Ri.T
+        adr, num = int(m.body_jntadr[i]), int(m.body_jntnum[i])
+        mass = float(m.body_mass[i])
+        if num == 0:
+            b.add_body(bname, last[parent], "fixed", pos=pos, rot=R.T, mass=mass,
+                       com=m.body_ipos[i], inertia=inertia)
+            offset[i], last[i] = np.zeros(3), bname
+            continue
+        prev_anchor, up = None, last[parent]
+        for k in range(num):
+            j = adr + k
+            kind = _KIND[int(m.jnt_type[j])]
+            jname = name(OBJ.mjOBJ_JOINT, j)
+            anchor = np.zeros(3) if kind == "free" else np.asarray(m.jnt_pos[j], float)
+            final = k == num - 1
+            body = bname if final else f"{bname}/{jname}"
+            if kind == "free":
+                if parent != 0 or num != 1:
+                    raise ValueError(f"{where}: joint {jname!r}: a free joint must be the only joint of a "
+                                     f"body of the world")
+                jpos, jrot = np.zeros(3), np.eye(3)
+            elif prev_anchor is None:
+                jpos, jrot = pos + R @ anchor, R.T
+            else:
+                jpos, jrot = anchor - prev_anchor, np.eye(3)
+            dof = int(m.jnt_dofadr[j])
+            nd = {"free": 6, "spherical": 3}.get(kind, 1)
+            limited = bool(m.jnt_limited[j]) and kind in ("revolute", "prismatic")
+            b.add_body(body, up, kind, joint_name=jname, axis=m.jnt_axis[j] if nd == 1 else (0, 0, 1),
+                       pos=jpos, rot=jrot,
+                       mass=mass if final else 0.0, com=(m.body_ipos[i] - anchor) if final else (0, 0, 0),
+                       inertia=inertia if final else None,
+                       damping=m.dof_damping[dof] if nd == 1 else 0.0,
+                       stiffness=m.jnt_stiffness[j] if nd == 1 else 0.0,
+                       rest=(m.qpos_spring[m.jnt_qposadr[j]] - m.qpos0[m.jnt_qposadr[j]]) if nd == 1 else 0.0,
+                       lower=m.jnt_range[j][0] - m.qpos0[m.jnt_qposadr[j]] if limited else -np.inf,
+                       upper=m.jnt_range[j][1] - m.qpos0[m.jnt_qposadr[j]] if limited else np.inf)
+            if nd > 1 and (np.any(m.dof_damping[dof:dof + nd]) or m.jnt_stiffness[j]):
+                notes.append(f"joint {jname!r}: {kind} damping/stiffness not carried over")
+            if np.any(m.dof_armature[dof:dof + nd]):
+                notes.append(f"joint {jname!r}: armature not carried over")
+            if np.any(m.dof_frictionloss[dof:dof + nd]):
+                notes.append(f"joint {jname!r}: frictionloss not carried over")
+            joints.append((j, body, kind))
+            prev_anchor, up = anchor, body
+        offset[i], last[i] = prev_anchor, bname
+    try:
+        model = b.build(inertia="warn", where=f"{where}: ")
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    check_regular(model, f"{where}: ")
+    if m.nu:
+        notes.append(f"{m.nu} actuator(s) not carried over (drive the joints with tau_fn)")
+    if m.ntendon:
+        notes.append(f"{m.ntendon} tendon(s) not carried over")
+    if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity):
+        notes.append("contacts not simulated (diffmb has no contact model)")
+    closures = _equalities(m, model, offset, last, name, where)
+    q0, qd0 = _state(m, model, joints, key, where, name)
+    return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes,
+                     joint_bodies=tuple((j, model.body_index(body), kind) for j, body, kind in joints))
+
+
+def _equalities(m, model, offset, last, name, where):
+    import mujoco
+
+    pairs = []
+    for e in range(m.neq):
+        ename = name(mujoco.mjtObj.mjOBJ_EQUALITY, e)
+        etype = int(m.eq_type[e])
+        if not m.eq_active0[e]:
+            continue
+        if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD)):
+            kind = mujoco.mjtEq(etype).name.replace("mjEQ_", "").lower()
+            raise ValueError(f"{where}: equality {ename!r}: {kind} equalities are not supported (diffmb's "
+                             f"closures join bodies: use connect or weld, or remove it)")
+        if int(m.eq_objtype[e]) != int(mujoco.mjtObj.mjOBJ_BODY):
+            raise ValueError(f"{where}: equality {ename!r}: only body-based connect/weld (body1/body2) "
+                             f"are supported, not site-based")
+        b1, b2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
+        ia = -1 if b1 == 0 else model.body_index(last[b1])
+        ib = -1 if b2 == 0 else model.body_index(last[b2])
+        d = np.asarray(m.eq_data[e], float)
+        if etype == int(mujoco.mjtEq.mjEQ_CONNECT):
+            pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="point", axis=0, rot_a=np.eye(3),
+                              pos_a=d[0:3] - offset[b1], rot_b=np.eye(3), pos_b=d[3:6] - offset[b2]))
+        else:  # weld: body2's pose in body1's frame is relpose (position d[3:6], quaternion d[6:10])
+            Rrel = _quat_dcm(d[6:10])
+            pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="weld", axis=0, rot_a=Rrel.T,
+                              pos_a=d[3:6] - offset[b1], rot_b=np.eye(3), pos_b=-offset[b2]))
+    return _make(model, pairs) if pairs else None
+
+
+def _state(m, model, joints, key, where, name):
+    import mujoco
+
+    if m.nkey == 0 and key is not None:
+        raise ValueError(f"{where}: key {key!r} asked for, but the file has no <keyframe>")
+    if m.nkey:
+        if key is None:
+            k = 0
+        elif isinstance(key, int) or str(key).isdigit():
+            k = int(key)
+        else:
+            k = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, str(key))
+        if not 0 <= k < m.nkey:
+            names = [name(mujoco.mjtObj.mjOBJ_KEY, i) for i in range(m.nkey)]
+            raise ValueError(f"{where}: no key {key!r}; keys: {', '.join(names)}")
+        qpos, qvel = np.asarray(m.key_qpos[k], float), np.asarray(m.key_qvel[k], float)
+    else:
+        qpos, qvel = np.asarray(m.qpos0, float), np.zeros(m.nv)
+    q, qd = np.zeros(model.nq), np.zeros(model.nv)
+    for j, body, kind in joints:
+        s, e = model.body_slices[model.body_index(body)]
+        a, v = int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
+        if kind == "free":
+            R = _quat_dcm(qpos[a + 3:a + 7])               # body -> world
+            q[s:s + 3] = np.asarray(sp.dcm_to_mrp(jnp.asarray(R.T)))
+            q[s + 3:e] = qpos[a:a + 3]
+            qd[s:s + 3] = qvel[v + 3:v + 6]                 # omega, body axes
+            qd[s + 3:e] = R.T @ qvel[v:v + 3]               # v: world -> body axes
+        elif kind == "spherical":
+            q0 = _quat_dcm(m.qpos0[a:a + 4])
+            R = q0.T @ _quat_dcm(qpos[a:a + 4])             # relative to the reference
+            q[s:e] = np.asarray(sp.dcm_to_mrp(jnp.asarray(R.T)))
+            qd[s:e] = qvel[v:v + 3]
+        else:
+            q[s] = qpos[a] - m.qpos0[a]
+            qd[s] = qvel[v]
+    return jnp.asarray(q), jnp.asarray(qd)

@@ -1,0 +1,147 @@
+"""MJCF import through MuJoCo's compiler: accelerations equal MuJoCo's ``mj_forward`` on
+open trees (free root, several joints in one body with offset anchors, a ball joint, a
+welded body, damping and springs), diffmb models survive the round trip to MJCF and
+back, and a four-bar closed by a ``connect`` follows its one-coordinate model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pytest
+
+import diffmb
+from diffmb.mjcf import to_mjcf, to_mujoco_state
+from diffmb.mjcf_import import _quat_dcm, load_mjcf
+from conftest import make_random_model, random_state
+from test_closed_chain import _reference
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+TREE = '''<mujoco><option gravity="0.3 -1 -9.81"/><worldbody>
+<body name="base" pos="0.1 0.2 0.3" quat="0.9 0.1 0.2 0.3"><freejoint name="root"/>
+  <geom type="box" size="0.2 0.1 0.05" mass="2"/>
+  <body name="arm" pos="0.3 0 0" quat="0.8 0.3 0 0.1">
+    <joint name="h1" type="hinge" axis="0 1 0" pos="0.05 0 0" ref="0.2" damping="0.3" stiffness="2" springref="0.5"/>
+    <joint name="s1" type="slide" axis="1 0 0.2" pos="0 0.1 0" damping="0.1"/>
+    <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.03" mass="0.7"/>
+    <body name="hand" pos="0.4 0 0"><joint name="b1" type="ball" pos="0.02 0 0"/>
+      <geom type="box" size="0.05 0.04 0.03" pos="0.05 0.01 0" mass="0.3"/>
+      <body name="tool" pos="0.1 0 0" euler="10 20 30"><geom type="sphere" size="0.02" pos="0.02 0 0" mass="0.1"/></body>
+    </body>
+  </body>
+</body></worldbody></mujoco>'''
+
+
+def _random_mujoco_state(m, rng):
+    qpos = m.qpos0.copy()
+    for j in range(m.njnt):
+        a = m.jnt_qposadr[j]
+        if m.jnt_type[j] == 0:
+            qpos[a:a + 3] = rng.normal(size=3)
+            qq = rng.normal(size=4)
+            qpos[a + 3:a + 7] = qq / np.linalg.norm(qq)
+        elif m.jnt_type[j] == 1:
+            qq = rng.normal(size=4)
+            qpos[a:a + 4] = qq / np.linalg.norm(qq)
+        else:
+            qpos[a] += 0.5 * rng.normal()
+    return qpos, rng.normal(size=m.nv)
+
+
+def _with_key(xml, qpos, qvel):
+    fmt = lambda v: " ".join(f"{x:.17g}" for x in v)  # noqa: E731
+    key = f'<keyframe><key name="k" qpos="{fmt(qpos)}" qvel="{fmt(qvel)}"/></keyframe>'
+    return xml.replace("</mujoco>", key + "</mujoco>")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_open_tree_accelerations_match_mj_forward(seed):
+    m = mujoco.MjModel.from_xml_string(TREE)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(seed)
+    qpos, qvel = _random_mujoco_state(m, rng)
+    tau = rng.normal(size=m.nv)
+    d.qpos[:], d.qvel[:], d.qfrc_applied[:] = qpos, qvel, tau
+    mujoco.mj_forward(m, d)
+    imp = load_mjcf(_with_key(TREE, qpos, qvel), key="k")  # the keyframe gives the same state
+    model = imp.model
+    assert model.joint_names == ("root", "h1", "s1", "b1")
+    assert model.body_names == ("base", "arm/h1", "arm", "hand")  # two joints: one massless link between
+    # free joint: MuJoCo's qvel = [v_world; omega_body], diffmb's qd = [omega_body; v_body]
+    R = _quat_dcm(qpos[3:7])
+    T = np.eye(m.nv)
+    T[:6, :6] = 0.0
+    T[0:3, 3:6], T[3:6, 0:3] = np.eye(3), R.T
+    np.testing.assert_allclose(np.asarray(imp.qd0), T @ qvel, atol=1e-14)
+    tau_d = np.linalg.solve(T.T, tau)
+    passive = np.asarray(diffmb.joint_forces(model, imp.q0, imp.qd0))  # damping and springs
+    a = np.asarray(diffmb.forward_dynamics(model, imp.q0, imp.qd0, tau_d + passive))
+    expect = T @ d.qacc
+    expect[3:6] -= np.cross(qvel[3:6], R.T @ qvel[0:3])  # d/dt (R^T v_world) in body axes
+    np.testing.assert_allclose(a, expect, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("base", ["free", "fixed"])
+def test_round_trip_through_mjcf_keeps_the_dynamics(base):
+    model = make_random_model(4, n_bodies=6, base=base, kinds=("revolute", "prismatic", "spherical", "revolute"))
+    q, qd = random_state(model, 4)
+    # the state goes through MuJoCo's conventions (a keyframe), as a user's file would carry it
+    imp = load_mjcf(_with_key(to_mjcf(model), *to_mujoco_state(model, q, qd)), key="k")
+    back = imp.model
+    # MuJoCo orders joints depth-first: map coordinates by joint name
+    def cols(mdl, name):
+        b = mdl.body_joint.index(mdl.joint_names.index(name))
+        return list(range(*mdl.body_slices[b]))
+
+    perm = np.concatenate([cols(model, n) for n in back.joint_names])  # back's order in model's coordinates
+    q, qd = np.asarray(q), np.asarray(qd)
+    np.testing.assert_allclose(np.asarray(imp.qd0), qd[perm], atol=1e-12)  # body-axis rates either way
+    M = np.asarray(diffmb.mass_matrix(model, q))
+    np.testing.assert_allclose(np.asarray(diffmb.mass_matrix(back, imp.q0)), M[np.ix_(perm, perm)], atol=1e-10)
+    tau = np.random.default_rng(0).normal(size=model.nv)
+    np.testing.assert_allclose(np.asarray(diffmb.forward_dynamics(back, imp.q0, imp.qd0, tau[perm])),
+                               np.asarray(diffmb.forward_dynamics(model, q, qd, tau))[perm], atol=1e-9)
+
+
+def test_closed_four_bar_follows_the_one_coordinate_model():
+    imp = load_mjcf(EXAMPLES / "fourbar.xml")
+    assert [c.name for c in imp.closures.closures] == ["pin"]
+    system = imp.system()
+    tr = diffmb.simulate(system, t1=3.0, solver="dopri8", rtol=1e-11, atol=1e-12, saveat=31)
+    ref = _reference(0.3, 2.0)
+    # the XML draws the mechanism at crank angle 0.3: MuJoCo's (and diffmb's) q = 0 there
+    np.testing.assert_allclose(0.3 + np.asarray(tr.xs[:, 0]), np.asarray(ref.xs[:, 0]), atol=1e-7)
+    np.testing.assert_allclose(np.asarray(tr.xs[:, 3]), np.asarray(ref.xs[:, 1]), atol=1e-7)
+    assert tr.summary()["violation"]["position_max"] < 1e-9
+
+
+def test_weld_equality_holds_two_bodies_together():
+    xml = '''<mujoco><worldbody>
+      <body name="a"><joint name="ja" type="hinge" axis="0 0 1"/><geom type="box" size="0.2 0.1 0.1" pos="0.2 0 0" mass="1"/></body>
+      <body name="b" pos="0.4 0.1 0" quat="0.9 0 0 0.3"><joint name="jb" type="hinge" axis="0 0 1" pos="-0.1 0 0"/>
+        <geom type="box" size="0.1 0.1 0.1" mass="1"/></body></worldbody>
+      <equality><weld body1="a" body2="b"/></equality></mujoco>'''
+    imp = load_mjcf(xml)
+    res = np.asarray(diffmb.closures.position_residual(imp.model, imp.q0, imp.closures))
+    assert np.abs(res).max() < 1e-12  # closed at qpos0, where MuJoCo took the relative pose
+    moved = np.asarray(diffmb.closures.position_residual(imp.model, imp.q0 + np.array([0.1, 0.0]), imp.closures))
+    assert np.abs(moved).max() > 1e-3
+
+
+@pytest.mark.parametrize("xml, key, words", [
+    ('<mujoco><worldbody><body name="a"><joint name="j1"/><geom size="0.1" mass="1"/></body>'
+     '<body name="b"><joint name="j2"/><geom size="0.1" mass="1"/></body></worldbody>'
+     '<equality><joint name="couple" joint1="j1" joint2="j2"/></equality></mujoco>', None,
+     ["equality 'couple'", "joint equalities are not supported"]),
+    ('<mujoco><worldbody><body name="a"><joint name="j1"/><geom size="0.1" mass="1"/></body></worldbody>'
+     '<keyframe><key name="home" qpos="0.1"/></keyframe></mujoco>', "away", ["no key 'away'", "home"]),
+    ('<mujoco><worldbody><body name="a"><joint name="j1"/><geom size="0.1" mass="1"/>'
+     '</body></worldbody><bogus/></mujoco>', None, ["MuJoCo's compiler"]),
+])
+def test_bad_files_are_named(xml, key, words):
+    with pytest.raises(ValueError) as e:
+        load_mjcf(xml, key=key)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
