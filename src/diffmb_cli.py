@@ -1,17 +1,31 @@
 """The ``diffmb`` console script's entry point, outside the package.
 
-Importing :mod:`diffmb` loads JAX and XLA for a second or more; a Ctrl-C in that time
-would otherwise print a traceback from inside an import. This module imports nothing
-heavy itself, so the guard is in place before the package loads.
+Importing :mod:`diffmb` loads JAX and XLA for a second or more. A Ctrl-C in that time
+would otherwise raise inside an import (a traceback) or inside one of XLA's garbage-
+collection callbacks, where Python ignores it and the run goes on. So the first Ctrl-C
+only sets a flag, checked once the package is loaded and between the run's chunks
+(:mod:`diffmb.cli`); a second one interrupts at once.
 """
 
+import signal
 import sys
 
 
 def main() -> int:
+    hits = []
+
+    def handler(signum, frame):
+        hits.append(signum)
+        if len(hits) > 1:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
     try:
-        from diffmb.cli import main as cli_main
+        from diffmb import cli
     except KeyboardInterrupt:
+        hits.append(signal.SIGINT)
+    if hits:
         print("diffmb: interrupted while starting; nothing was run", file=sys.stderr)
         return 130
-    return cli_main()
+    cli._pending_interrupt = lambda: bool(hits)
+    return cli.main()

@@ -76,6 +76,10 @@ ADAPTIVE_SAVE_POINTS = 1000
 #: ``index`` (0-based) has been run and the partial file written.
 _after_chunk: Callable | None = None
 
+#: Set by the console script: whether a Ctrl-C arrived before the run's own handler was
+#: in place (its first Ctrl-C only sets a flag, see ``diffmb_cli``).
+_pending_interrupt: Callable = lambda: False  # noqa: E731
+
 
 class UsageError(Exception):
     """Bad command-line input: reported as one line, exit code 2."""
@@ -403,7 +407,7 @@ def _interrupts():
         yield lambda: False
         return
     try:
-        yield lambda: bool(hits)
+        yield lambda: bool(hits) or _pending_interrupt()
     finally:
         signal.signal(signal.SIGINT, old)
 
@@ -537,6 +541,8 @@ def cmd_run(args) -> int:
         start = load_partial(cfg) if cfg.resume else (None, 0)
     except (ValueError, TypeError, UsageError) as e:
         return _fail(e)
+    if _pending_interrupt():
+        raise KeyboardInterrupt
     res = run_chunks(cfg, start)
     if res.interrupted:
         where = (f"partial results up to t = {float(res.traj.t_final):.6g} s kept in {cfg.partial_path}; "
