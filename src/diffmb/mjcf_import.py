@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import spatial as sp
-from .closed_chain import _make
+from .closed_chain import loop_closures
 from .model import Model, ModelBuilder
 from .regularity import check_regular
 
@@ -205,7 +205,7 @@ def _equalities(m, model, offset, last, name, where):
             Rrel = _quat_dcm(d[6:10])
             pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="weld", axis=0, rot_a=Rrel.T,
                               pos_a=d[3:6] - offset[b1], rot_b=np.eye(3), pos_b=-offset[b2]))
-    return _make(model, pairs) if pairs else None
+    return loop_closures(model, pairs) if pairs else None
 
 
 def _state(m, model, joints, key, where, name):
