@@ -134,6 +134,7 @@ def test_loop_file_errors_name_file_and_key(tmp_path):
         closed_chain.read_loops(tmp_path / "nope.json")
 
 
+@pytest.mark.slow
 def test_readme_your_own_model_section_runs(tmp_path, monkeypatch):
     """The README's "Your own model" Python block and commands, as written."""
     import re

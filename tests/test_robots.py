@@ -23,11 +23,11 @@ def _id(path):
 
 
 #: one file per idiom: a zero-mass fixed child with inertia (bolt, once a wrong answer),
-#: placeholder inertias fixed to the base (anymal), massless virtual links between hip
-#: joints (human), a root link named world (ur5), indefinite microgram placeholders
-#: (tiago), a 32-joint humanoid (talos), a singular model refused (romeo_laas_small)
-REPRESENTATIVE = ("bolt.urdf", "anymal.urdf", "human.urdf", "ur5_robot.urdf", "tiago_no_hand.urdf",
-                  "talos_full_v2.urdf", "romeo_laas_small.urdf")
+#: massless virtual links between hip joints (human), a root link named world (ur5), a
+#: singular model refused (romeo_laas_small); placeholder inertias fixed to the base
+#: (anymal), indefinite microgram placeholders (tiago) and a 32-joint humanoid (talos)
+#: run with every other file in the slow job
+REPRESENTATIVE = ("bolt.urdf", "human.urdf", "ur5_robot.urdf", "romeo_laas_small.urdf")
 
 
 def _check(path, floating):

@@ -351,8 +351,8 @@ class ModelBuilder:
         kept with a warning that names the body and its merged links (``"warn"``), or
         replaced by the nearest valid inertia with a warning (``"repair"``,
         :func:`repair_inertia`). Massless bodies (virtual links between joints) are
-        accepted; whether the mass matrix stays regular is the caller's check
-        (:func:`check_regular`). ``where`` prefixes messages (a file name)."""
+        accepted where the mass matrix stays regular (checked when there are any,
+        :func:`diffmb.regularity.check_regular`). ``where`` prefixes messages (a file name)."""
         if inertia not in INERTIA_POLICIES:
             raise ValueError(f"inertia: one of {', '.join(INERTIA_POLICIES)}, got {inertia!r}")
         if not self._bodies:
@@ -440,7 +440,7 @@ class ModelBuilder:
             return jnp.asarray(np.concatenate([getattr(by_name[n], attr) for n in names]))
 
         frame_bodies = tuple(-1 if f[1] == "world" else index[f[1]] for f in frames)
-        return Model(
+        model = Model(
             mass=jnp.asarray(np.array([inert[n][0] for n in names])),
             com=jnp.asarray(np.stack([inert[n][1] for n in names])),
             inertia=jnp.asarray(np.stack([inert[n][2] for n in names])),
@@ -465,6 +465,11 @@ class ModelBuilder:
             frame_names=tuple(f[0] for f in frames),
             frame_bodies=frame_bodies,
         )
+        if any(inert[n][0] == 0 and not np.any(inert[n][2]) for n in names):
+            from .regularity import check_regular  # massless links: regular only if they carry mass
+
+            check_regular(model, where)
+        return model
 
 
 def reorder_joints(model: Model, joint_order) -> Model:
