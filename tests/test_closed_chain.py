@@ -13,7 +13,7 @@ import pytest
 import diffmb
 from diffmb import closed_chain
 from diffmb.scenarios.fourbar import G, assemble as fourbar_positions
-from test_closures import minimal_model_rhs
+from test_closures import one_dof_reference as _reference
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 URDF = EXAMPLES / "fourbar.urdf"
@@ -22,26 +22,6 @@ LOOPS = EXAMPLES / "fourbar_loops.json"
 
 def _model():
     return diffmb.load_urdf(URDF, gravity=(0.0, -G, 0.0))
-
-
-def _reference(theta0, omega0, t1=3.0):
-    from diffmb.system import System
-
-    class OneDof(System):
-        def default_params(self):
-            return {}
-
-        def init_state(self, params):
-            return jnp.array([theta0, omega0])
-
-        def vector_field(self, t, x, params):
-            return minimal_model_rhs(x)
-
-        @property
-        def state_names(self):
-            return ("theta", "omega")
-
-    return diffmb.simulate(OneDof(), t1=t1, solver="dopri8", rtol=1e-11, atol=1e-12, saveat=31)
 
 
 def test_loop_file_four_bar_matches_the_one_coordinate_model():

@@ -15,7 +15,7 @@ import diffmb
 from diffmb.mjcf import to_mjcf, to_mujoco_state
 from diffmb.mjcf_import import _quat_dcm, load_mjcf
 from conftest import make_random_model, random_state
-from test_closed_chain import _reference
+from test_closures import one_dof_reference as _reference
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
