@@ -42,7 +42,6 @@ import numpy as np
 
 from . import closures as cl
 from .kinematics import kinematics
-from .layout import layout
 from .model import Model
 
 KINDS = {"revolute": "hinge", "hinge": "hinge", "spherical": "point", "point": "point",
@@ -150,20 +149,7 @@ def close_loops(model: Model, specs, q=None) -> cl.LoopClosures:
         rot_b = _basis(axis_b, what, "axis_b") @ Rb if axis_b is not None else Ew @ Eb.T
         pairs.append(dict(name=name, body_a=ba, body_b=bb, kind=kind, axis=0,
                           rot_a=rot_a, pos_a=pos_a, rot_b=rot_b, pos_b=pos_b))
-    return loop_closures(model, pairs)
-
-
-def loop_closures(model, pairs) -> cl.LoopClosures:
-    """:class:`~diffmb.closures.LoopClosures` from node placements already in body
-    coordinates: dicts with ``name, body_a, body_b, kind, axis, rot_a, pos_a, rot_b, pos_b``
-    (the closure layer's own form; :func:`close_loops` and the MJCF importer build them)."""
-    items = tuple(cl.Closure(p["name"], p["body_a"], p["body_b"], cl.closure_rows(p["kind"], p["axis"]))
-                  for p in pairs)
-    stack = lambda key: jnp.asarray(np.stack([p[key] for p in pairs]))  # noqa: E731
-    return cl.LoopClosures(rot_a=stack("rot_a"), pos_a=stack("pos_a"), rot_b=stack("rot_b"),
-                           pos_b=stack("pos_b"), closures=items,
-                           rows=tuple(int(i) for i in cl.row_index(items)),
-                           paths=cl.loop_paths(layout(model), items), nv=model.nv)
+    return cl.loop_closures(model, pairs)
 
 
 def _joint_columns(model: Model, names, what):

@@ -407,6 +407,17 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
     )
 
 
+def loop_closures(model: Model, pairs) -> LoopClosures:
+    """:class:`LoopClosures` from node placements in body coordinates: dicts with ``name,
+    body_a, body_b`` (body indices, ``-1`` the world), ``kind, axis`` (:func:`closure_rows`)
+    and ``rot_a, pos_a, rot_b, pos_b`` (DCM [node, body] and node origin in the body)."""
+    items = tuple(Closure(p["name"], p["body_a"], p["body_b"], closure_rows(p["kind"], p["axis"])) for p in pairs)
+    stack = lambda key: jnp.asarray(np.stack([np.asarray(p[key], float) for p in pairs]))  # noqa: E731
+    return LoopClosures(rot_a=stack("rot_a"), pos_a=stack("pos_a"), rot_b=stack("rot_b"), pos_b=stack("pos_b"),
+                        closures=items, rows=tuple(int(i) for i in row_index(items)),
+                        paths=loop_paths(layout(model), items), nv=model.nv)
+
+
 def make_closures(model: Model, q0, pairs, *, analyse_rank: bool = True) -> LoopClosures:
     """Build :class:`LoopClosures` from pair descriptions and check them at ``q0``.
 
@@ -415,7 +426,7 @@ def make_closures(model: Model, q0, pairs, *, analyse_rank: bool = True) -> Loop
     ``pos_a``/``pos_b`` (node origins in body coordinates) and optional ``rot_a``/``rot_b``
     (DCM [node, body], identity by default).
     """
-    closures, ra, pa, rb, pb = [], [], [], [], []
+    out = []
     for k, p in enumerate(pairs):
         name = p.get("name", f"closure{k}")
         for key in ("body_a", "body_b"):
@@ -424,21 +435,12 @@ def make_closures(model: Model, q0, pairs, *, analyse_rank: bool = True) -> Loop
         a, b = model.body_index(p["body_a"]), model.body_index(p["body_b"])
         if a == b:
             raise ValueError(f"closure {name!r}: both nodes are on body {p['body_a']!r}")
-        rows = closure_rows(p.get("kind", "weld"), p.get("axis", 0))
-        closures.append(Closure(name, a, b, rows))
-        ra.append(np.asarray(p.get("rot_a", np.eye(3)), float))
-        rb.append(np.asarray(p.get("rot_b", np.eye(3)), float))
-        pa.append(np.asarray(p.get("pos_a", np.zeros(3)), float))
-        pb.append(np.asarray(p.get("pos_b", np.zeros(3)), float))
-    if not closures:
+        out.append(dict(name=name, body_a=a, body_b=b, kind=p.get("kind", "weld"), axis=p.get("axis", 0),
+                        rot_a=p.get("rot_a", np.eye(3)), pos_a=p.get("pos_a", np.zeros(3)),
+                        rot_b=p.get("rot_b", np.eye(3)), pos_b=p.get("pos_b", np.zeros(3))))
+    if not out:
         raise ValueError("no closure pairs given")
-    closures = tuple(closures)
-    nodes = LoopClosures(
-        rot_a=jnp.asarray(np.stack(ra)), pos_a=jnp.asarray(np.stack(pa)),
-        rot_b=jnp.asarray(np.stack(rb)), pos_b=jnp.asarray(np.stack(pb)),
-        closures=closures, rows=tuple(int(i) for i in row_index(closures)),
-        paths=loop_paths(layout(model), closures), nv=model.nv,
-    )
+    nodes = loop_closures(model, out)
     if not analyse_rank:
         return nodes
     return dataclasses.replace(nodes, report=analyse(model, q0, nodes))

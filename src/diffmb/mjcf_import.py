@@ -33,9 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import spatial as sp
-from .closed_chain import loop_closures
+from .closures import loop_closures
 from .model import Model, ModelBuilder
-from .regularity import check_regular
 
 _KIND = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
 
@@ -162,10 +161,9 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
             prev_anchor, up = anchor, body
         offset[i], last[i] = prev_anchor, bname
     try:
-        model = b.build(inertia="warn", where=f"{where}: ")
+        model = b.build(inertia="warn", where=f"{where}: ", check_regular=True)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
-    check_regular(model, f"{where}: ")
     if m.nu:
         notes.append(f"{m.nu} actuator(s) not carried over (drive the joints with tau_fn)")
     if m.ntendon:

@@ -344,14 +344,15 @@ class ModelBuilder:
         )
         return self
 
-    def build(self, *, inertia: str = "error", where: str = "") -> Model:
+    def build(self, *, inertia: str = "error", where: str = "", check_regular: bool = False) -> Model:
         """The Model. Fixed joints are merged first, then every moving body's inertia is
         validated; an invalid one (broken triangle inequality, an indefinite tensor, as
         real description files carry in placeholders) is refused (``inertia="error"``),
         kept with a warning that names the body and its merged links (``"warn"``), or
         replaced by the nearest valid inertia with a warning (``"repair"``,
         :func:`repair_inertia`). Massless bodies (virtual links between joints) are
-        accepted where the mass matrix stays regular (checked when there are any,
+        accepted where the mass matrix stays regular (checked when there are any, or
+        always with ``check_regular``, as the file loaders ask:
         :func:`diffmb.regularity.check_regular`). ``where`` prefixes messages (a file name)."""
         if inertia not in INERTIA_POLICIES:
             raise ValueError(f"inertia: one of {', '.join(INERTIA_POLICIES)}, got {inertia!r}")
@@ -465,10 +466,10 @@ class ModelBuilder:
             frame_names=tuple(f[0] for f in frames),
             frame_bodies=frame_bodies,
         )
-        if any(inert[n][0] == 0 and not np.any(inert[n][2]) for n in names):
-            from .regularity import check_regular  # massless links: regular only if they carry mass
+        if check_regular or any(inert[n][0] == 0 and not np.any(inert[n][2]) for n in names):
+            from .regularity import check_regular as regular  # (regularity imports tree -> model)
 
-            check_regular(model, where)
+            regular(model, where)
         return model
 
 

@@ -163,7 +163,8 @@ class _Objective(eqx.Module):
         return jnp.log(self(z) + 1e-300)
 
 
-def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_velocity=1.0) -> float:
+def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_velocity=1.0,
+                     with_run: bool = False):
     """The violation loss below which tuning gains nothing: the integrator's own error.
 
     The run at the starting values is repeated with half the step (adaptive solvers:
@@ -173,7 +174,8 @@ def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_veloc
     largest position-level coordinate that is an angle or a length (radians weigh as
     metres: a structure of unit size) and the largest rate. A constraint already held
     below the accuracy at which the motion itself is computed cannot be improved in any
-    way that shows in the motion.
+    way that shows in the motion. ``with_run``: also return the run at ``settings``
+    (``(floor, trajectory)``), from which :func:`tune` takes its initial loss.
     """
     from .data import unit_kinds
 
@@ -194,7 +196,8 @@ def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_veloc
     eq = e[:, pos].max(axis=1) if pos else np.zeros(ok.sum())
     ev = e[:, vel].max(axis=1) if vel else np.zeros(ok.sum())
     y = eq**2 + w_velocity * ev**2
-    return float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(ts[ok])))
+    floor = float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(ts[ok])))
+    return (floor, a) if with_run else floor
 
 
 @eqx.filter_jit
@@ -250,11 +253,15 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
 
     plain = _Objective(**{f: getattr(obj, f) for f in obj.__dataclass_fields__ if f != "log_mask"},
                        log_mask=(False,) * len(names))
-    initial_loss = float(_value(plain, jnp.asarray(v0)))
     weights = loss_weights or {}
     floor = None
     if stop_at_floor and loss == "violation" and not (weights.get("w_energy") or weights.get("w_momentum")):
-        floor = integrator_floor(b, settings, v0, w_velocity=weights.get("w_velocity", 1.0))
+        floor, run0 = integrator_floor(b, settings, v0, w_velocity=weights.get("w_velocity", 1.0), with_run=True)
+        # the floor's own run at the starting values gives the initial loss: no second compile
+        _, missed = _reached(run0, 0.0, settings.t1)
+        initial_loss = float(obj.loss(run0, b.params(jnp.asarray(v0))) + obj.penalty * missed)
+    else:
+        initial_loss = float(_value(plain, jnp.asarray(v0)))
     initial = dict(zip(names, map(float, v0)))
     if floor is not None and initial_loss <= floor:
         return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=initial,

@@ -59,7 +59,6 @@ from . import spatial as sp
 import warnings
 
 from .model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
-from .regularity import check_regular
 
 ROOT_JOINT = "root_joint"
 """Name of the free joint that carries the root link when ``floating_base=True``."""
@@ -351,14 +350,12 @@ def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
         except ValueError as e:
             raise ValueError(f"{where}: joint {j.name!r} -> link {link.name!r}: {e}") from None
     try:
-        model = b.build(inertia=inertia, where=f"{where}: ")
+        model = b.build(inertia=inertia, where=f"{where}: ", check_regular=True)
     except ValueError as e:
         msg = str(e)
         raise ValueError(msg if msg.startswith(where) else f"{where}: {msg}") from None
     public = ([ROOT_JOINT] if floating_base else []) + [j.name for j in joints if j.kind != "fixed"]
-    model = reorder_joints(model, public)
-    check_regular(model, f"{where}: ")
-    return model
+    return reorder_joints(model, public)
 
 
 def _warn_mimic(robot, where):

@@ -16,11 +16,15 @@ from . import Scenario
 STABS = ("none", "baumgarte", "projection")
 
 
-def _exists(path, what):
+def existing(path, what):
+    """``path`` as a string, or ValueError saying where it was looked for (relative paths
+    resolve against the current folder; the repository's ``examples/`` need its root)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
+        hint = (" (the repository's examples/ folder: run from the repository root, or give "
+                "the full path)" if path.replace("\\", "/").startswith("examples/") else "")
         raise ValueError(f"{what} not found: {path} (looked for {os.path.abspath(path)}, relative to "
-                         f"the current folder {os.getcwd()})")
+                         f"the current folder {os.getcwd()}){hint}")
     return path
 
 
@@ -29,9 +33,9 @@ def urdf_scenario(path, closures=None) -> Scenario:
     from ..system import TreeSystem
     from ..urdf import load_urdf
 
-    path = _exists(path, "URDF file")
+    path = existing(path, "URDF file")
     if closures is not None:
-        closures = _exists(closures, "loop file")
+        closures = existing(closures, "loop file")
 
     def build(v, stabilization):
         if v["floating"] not in (0.0, 1.0):
@@ -57,7 +61,7 @@ def mjcf_scenario(path, key=None) -> Scenario:
     the state of ``key`` (default: the first keyframe). Settable: Baumgarte ``a``, ``b``."""
     from ..mjcf_import import load_mjcf
 
-    path = _exists(path, "MJCF file")
+    path = existing(path, "MJCF file")
     imported = load_mjcf(path, key=key)  # compile once: errors before any run
     closed = imported.closures is not None
 

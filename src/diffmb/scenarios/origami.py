@@ -253,14 +253,9 @@ def fold_scenario(path) -> Scenario:
     import os
 
     from ..origami.fold import load_fold
+    from .files import existing
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        where = os.path.abspath(path)
-        hint = (" (the repository's examples/ folder: run from the repository root, or give "
-                "the full path)" if path.replace("\\", "/").startswith("examples/") else "")
-        raise ValueError(f"FOLD file not found: {path} (looked for {where}, relative to the "
-                         f"current folder {os.getcwd()}){hint}")
+    path = existing(path, "FOLD file")
 
     def make(v, stabilization):
         pattern = load_fold(path, density=v["density"], stiffness=v["K"], damping=v["c"],
