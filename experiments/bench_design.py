@@ -12,7 +12,10 @@ Parts (``--parts``, default all):
             target: both within 1 %.
 ``sweep``   1024 fold-4panel configurations (K, c spread), 10 s, RK4, dt = 1 ms, one
             vmapped call vs sequential single runs (``--seq`` of them, extrapolated);
-            target: >= 5x member-seconds per wall second.
+            target: >= 5x member-seconds per wall second. ``--sweep-scenario``,
+            ``--ranges``, ``--sweep-set`` and ``--sweep-t1`` sweep another case, e.g.
+            ``--sweep-scenario map-fold --sweep-set rows=6 cols=6 --ranges K=0.005:0.02
+            --sweep-t1 1``.
 
 Writes ``out/bench_design.json`` and prints a table. Times exclude compilation (reported
 apart); a 2-core CPU shared with other work gives them roughly +-30 %.
@@ -103,28 +106,32 @@ def part_sweep(args):
     from diffmb.batch import member_values, scenario_batch, sweep
     from diffmb.scenarios import get
 
-    sc = get("fold-4panel")
-    members = member_values({"K": (0.05, 0.2), "c": (0.0, 0.05)}, {}, args.batch, sample="random")
+    sc = get(args.sweep_scenario)
+    ranges = {k: tuple(float(x) for x in v.split(":")) for k, v in (r.split("=") for r in args.ranges)}
+    fixed = {k: float(v) for k, v in (r.split("=") for r in args.sweep_set)}
+    members = member_values(ranges, fixed, args.batch, sample="random")
     system, params = scenario_batch(sc, members)
-    res = sweep(system, params, t1=10.0, dt=1e-3, solver="rk4", chunk=args.chunk,
+    t1 = args.sweep_t1
+    res = sweep(system, params, t1=t1, dt=1e-3, solver="rk4", chunk=args.chunk,
                 members=members, progress=True)
-    log(f"    batched: {res.batch} x 10 s in {res.wall_s:.2f} s (+{res.compile_s:.1f} s compile)")
+    log(f"    batched: {res.batch} x {t1:g} s in {res.wall_s:.2f} s (+{res.compile_s:.1f} s compile)")
     # sequential single runs (same settings, one jitted call each), extrapolated
     times = []
     for i in range(args.seq + 1):
         s1, p1, _ = sc.make(members[i])
         tic = time.perf_counter()
-        jax.block_until_ready(simulate(s1, t1=10.0, dt=1e-3, params=p1, solver="rk4", saveat=1001))
+        jax.block_until_ready(simulate(s1, t1=t1, dt=1e-3, params=p1, solver="rk4", saveat=1001))
         if i:  # the first call compiles
             times.append(time.perf_counter() - tic)
     single = statistics.median(times)
     seq_total = single * res.batch
     flat = res.table.get("time_to_flat")
-    return {"batch": res.batch, "chunk": args.chunk, "batched_wall_s": res.wall_s,
+    return {"scenario": args.sweep_scenario, "ranges": ranges, "fixed": fixed, "t1": t1,
+            "device": str(jax.devices()[0]), "batch": res.batch, "chunk": args.chunk, "batched_wall_s": res.wall_s,
             "batched_compile_s": res.compile_s, "batched_member_s_per_s": res.throughput,
             "single_run_s_median": single, "single_runs_timed": len(times),
             "sequential_wall_s_extrapolated": seq_total,
-            "sequential_member_s_per_s": 10.0 / single,
+            "sequential_member_s_per_s": t1 / single,
             "speedup": seq_total / res.wall_s, "target": ">= 5x",
             "meets_target": seq_total / res.wall_s >= 5,
             "statuses": {k: int((res.table["status"] == v).sum()) for k, v in (("success", 0), ("diverged", 2))},
@@ -138,6 +145,11 @@ def main(argv=None):
     ap.add_argument("--tune-t1", type=float, default=5.0, help="fold-3x3 tuning horizon [s]")
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--chunk", type=int, default=None, help="members per compiled call (default: diffmb.batch.default_chunk)")
+    ap.add_argument("--sweep-scenario", default="fold-4panel")
+    ap.add_argument("--ranges", nargs="+", default=["K=0.05:0.2", "c=0:0.05"],
+                    help="swept parameters, NAME=lo:hi, drawn at random")
+    ap.add_argument("--sweep-set", nargs="*", default=[], help="fixed parameters, NAME=value")
+    ap.add_argument("--sweep-t1", type=float, default=10.0, help="simulated seconds per member")
     ap.add_argument("--seq", type=int, default=8, help="sequential single runs timed")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_design.json")
     args = ap.parse_args(argv)
