@@ -212,7 +212,12 @@ def factor(M, G: Blocks, kappa: float = KAPPA) -> Factor:
     GtG = G.gram_lower()
     scale = jnp.mean(jnp.diagonal(M)) / jnp.maximum(jnp.max(jnp.diagonal(GtG)), 1e-300)
     rho = lax.stop_gradient(kappa * scale)
-    chol = lax.linalg.cholesky(jnp.tril(M) + rho * GtG, symmetrize_input=False)
+    A = jnp.tril(M) + rho * GtG
+    # The factorisation reads the lower triangle only, but its derivative rule assumes a
+    # symmetric tangent: hand it the full matrix (a lower-only tangent gives gradients
+    # through M and G wrong at the 1e-4 level, corrected only partly by the refinement).
+    A = A + jnp.swapaxes(jnp.tril(A, -1), -1, -2)
+    chol = lax.linalg.cholesky(A, symmetrize_input=False)
     return Factor(chol, rho, M, G)
 
 
