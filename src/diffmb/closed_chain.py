@@ -26,6 +26,13 @@ Keys of a closure (anything else is an error):
 ``axis``      for revolute and prismatic: the joint axis, a vector in ``a``'s frame
 ``axis_b``    the same axis in ``b``'s frame (default: from ``q``, as ``point_b``)
 
+A coordinate coupling (a gear, a URDF ``<mimic>``, MuJoCo's joint equality) is a closure
+of kind ``joint`` (also ``mimic``, ``coupling``) between two revolute or prismatic joints:
+``joint`` = ``offset + ratio * of`` (``ratio`` 1 and ``offset`` 0 by default), or ``poly``
+``[a0, ..., a4]`` for ``joint = a0 + a1 of + ... + a4 of^4``; without ``of`` the joint is
+held at ``offset`` (or ``a0``). Its keys: ``name``, ``kind``, ``joint``, ``of``,
+``ratio``, ``offset``, ``poly``.
+
 A loop file (JSON) holds ``{"closures": [...], "initial": {"q": {joint: value},
 "fixed": [joint, ...], "rates": {joint: value}}}``: :func:`read_loops`.
 """
@@ -47,6 +54,8 @@ from .model import Model
 KINDS = {"revolute": "hinge", "hinge": "hinge", "spherical": "point", "point": "point",
          "ball": "point", "weld": "weld", "fixed": "weld", "prismatic": "slider", "slider": "slider"}
 KEYS = ("name", "kind", "a", "b", "point", "point_b", "axis", "axis_b")
+COUPLING_KINDS = ("joint", "mimic", "coupling")
+COUPLING_KEYS = ("name", "kind", "joint", "of", "ratio", "offset", "poly")
 WORLD = "world"
 
 
@@ -117,18 +126,21 @@ def close_loops(model: Model, specs, q=None) -> cl.LoopClosures:
             raise ValueError(f"{what}: expected a dict with keys {', '.join(KEYS)}, got {spec!r}")
         name = str(spec.get("name", f"loop{k}"))
         what = f"closure {name!r}"
-        unknown = sorted(set(spec) - set(KEYS))
-        if unknown:
-            raise ValueError(f"{what}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(KEYS)}")
         if name in names:
             raise ValueError(f"{what}: duplicate name")
         names.add(name)
+        if str(spec.get("kind", "")).lower() in COUPLING_KINDS:
+            pairs.append(_coupling(model, spec, name, what))
+            continue
+        unknown = sorted(set(spec) - set(KEYS))
+        if unknown:
+            raise ValueError(f"{what}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(KEYS)}")
         for key in ("kind", "a", "b"):
             if key not in spec:
                 raise ValueError(f"{what}: missing {key!r}")
         kind = KINDS.get(str(spec["kind"]).lower())
         if kind is None:
-            raise ValueError(f"{what}: kind {spec['kind']!r} is not one of {', '.join(KINDS)}")
+            raise ValueError(f"{what}: kind {spec['kind']!r} is not one of {', '.join((*KINDS, *COUPLING_KINDS))}")
         ba, Ra, pa = _place(model, spec["a"], what, "a")
         bb, Rb, pb = _place(model, spec["b"], what, "b")
         if ba == bb:
@@ -150,6 +162,51 @@ def close_loops(model: Model, specs, q=None) -> cl.LoopClosures:
         pairs.append(dict(name=name, body_a=ba, body_b=bb, kind=kind, axis=0,
                           rot_a=rot_a, pos_a=pos_a, rot_b=rot_b, pos_b=pos_b))
     return cl.loop_closures(model, pairs)
+
+
+def _scalar_coordinate(model: Model, joint, what, key):
+    """Coordinate index of a revolute or prismatic joint named by ``key``."""
+    if not isinstance(joint, str) or joint not in model.joint_names:
+        raise ValueError(f"{what}: {key!r} names {joint!r}, which is not a joint; joints: "
+                         f"{', '.join(model.joint_names)}")
+    b = model.body_joint.index(model.joint_names.index(joint))
+    kind = model.joint_kinds[b]
+    if kind not in ("revolute", "prismatic"):
+        raise ValueError(f"{what}: joint {joint!r} is {kind}; a coupling joins revolute or prismatic joints")
+    return model.body_slices[b][0]
+
+
+def _number(spec, key, what, default):
+    v = spec.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ValueError(f"{what}: {key!r} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _coupling(model: Model, spec, name, what) -> dict:
+    """A coordinate-coupling pair (:func:`diffmb.closures.coupling`) from a ``joint`` spec."""
+    unknown = sorted(set(spec) - set(COUPLING_KEYS))
+    if unknown:
+        raise ValueError(f"{what}: unknown key(s) {', '.join(map(repr, unknown))} for a {spec['kind']!r} "
+                         f"closure; valid keys: {', '.join(COUPLING_KEYS)}")
+    if "joint" not in spec:
+        raise ValueError(f"{what}: missing 'joint' (the coupled joint)")
+    y = _scalar_coordinate(model, spec["joint"], what, "joint")
+    x = _scalar_coordinate(model, spec["of"], what, "of") if spec.get("of") is not None else None
+    if "poly" in spec:
+        if "ratio" in spec or "offset" in spec:
+            raise ValueError(f"{what}: give either 'poly' or 'ratio'/'offset', not both")
+        try:
+            coef = np.asarray(spec["poly"], float).reshape(-1)
+        except (TypeError, ValueError):
+            coef = None
+        if coef is None or not 1 <= coef.size <= 5 or not np.all(np.isfinite(coef)):
+            raise ValueError(f"{what}: 'poly' must be 1 to 5 finite numbers [a0, ..., a4], got {spec['poly']!r}")
+    else:
+        coef = np.array([_number(spec, "offset", what, 0.0), _number(spec, "ratio", what, 1.0)])
+    if x == y:
+        raise ValueError(f"{what}: joint {spec['joint']!r} cannot be coupled to itself")
+    return cl.coupling(name, y, x, coef if x is not None else coef[:1])
 
 
 def _joint_columns(model: Model, names, what):

@@ -42,7 +42,8 @@ class Kinematics(eqx.Module):
     (``qdd = 0``, no gravity) and ``joint_acc (N, 6)`` its part from each body's own joint
     (``S_dot qd``); per generalized velocity (public order) ``S (nv, 6)``:
     the motion-subspace column ``s_j`` (the body Jacobian column of joint ``j``).
-    ``vel``/``acc``/``joint_acc`` are ``None`` when no velocities were given.
+    ``vel``/``acc``/``joint_acc`` are ``None`` when no velocities were given; ``q`` and
+    ``qd`` are the state itself (read by coordinate couplings, :mod:`diffmb.closures`).
     """
 
     rot: jnp.ndarray
@@ -52,6 +53,8 @@ class Kinematics(eqx.Module):
     vel: jnp.ndarray | None = None
     acc: jnp.ndarray | None = None
     joint_acc: jnp.ndarray | None = None
+    q: jnp.ndarray | None = None
+    qd: jnp.ndarray | None = None
 
 
 def joint_placements(model, q):
@@ -99,14 +102,14 @@ def kinematics(model, q, qd=None) -> Kinematics:
     S = sp.xform_motion_inv(E[b], r[b], S_child)
     inertia = sp.inertia_to_parent(E, r, model.spatial_inertias())
     if qd is None:
-        return Kinematics(E, r, inertia, S)
+        return Kinematics(E, r, inertia, S, q=q)
     vJ = treescan.dof_to_body(lay, S * qd[:, None])
     vel = treescan.ancestors_sum(lay, vJ)
     kappa = sp.cross_motion(vel, vJ)
     if any(kind == "universal" for kind, _, _ in lay.groups):
         kappa = kappa + sp.xform_motion_inv(E, r, _joint_bias(model, lay, q, qd))
     acc = treescan.ancestors_sum(lay, kappa)
-    return Kinematics(E, r, inertia, S, vel, acc, kappa)
+    return Kinematics(E, r, inertia, S, vel, acc, kappa, q, qd)
 
 
 def body_velocities(ws: Kinematics):

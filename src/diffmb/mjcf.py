@@ -9,7 +9,9 @@ inertia) and no geoms (no contacts). Joints: ``revolute`` -> ``hinge``, ``prisma
 becomes MuJoCo ``connect`` equalities: a point closure one, a hinge closure two (at the
 node and one unit along its free axis, so together they leave exactly the rotation about
 that axis), a weld a ``weld`` equality; each names a ``site`` on both bodies, so the
-closure need not hold at the zero configuration. MuJoCo's equalities are soft (``solref``,
+closure need not hold at the zero configuration. A coordinate coupling becomes a
+``joint`` equality with the same ``polycoef`` (diffmb's coordinates are MuJoCo's
+``qpos - qpos0``, and the exported ``qpos0`` is zero). MuJoCo's equalities are soft (``solref``,
 ``solimp``); diffmb's are exact.
 
 Thin plates' inertias sit on the triangle inequality that MuJoCo checks; their two
@@ -62,7 +64,16 @@ def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "
     if closures is not None:
         ref = "" if solref is None else f' solref="{_f(solref)}"'
         ref += "" if solimp is None else f' solimp="{_f(solimp)}"'
+        coef = None if closures.coef is None else np.asarray(closures.coef)
+        coord_joint = {model.body_slices[i][0]: model.joint_names[model.body_joint[i]]
+                       for i in range(model.n_bodies)}
         for k, c in enumerate(closures.closures):
+            if c.coords:
+                pair = [f'joint1="{coord_joint[c.coords[0]]}"']
+                if len(c.coords) > 1:
+                    pair.append(f'joint2="{coord_joint[c.coords[1]]}"')
+                eq.append(f'    <joint name="{c.name}" {" ".join(pair)} polycoef="{_f(coef[k])}"{ref}/>')
+                continue
             nodes = []
             for side, bi in (("a", c.body_a), ("b", c.body_b)):
                 R = np.asarray(getattr(closures, f"rot_{side}"))[k]

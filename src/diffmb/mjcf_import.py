@@ -11,10 +11,11 @@ angle units), so what diffmb reads is exactly the model MuJoCo simulates. From t
   several joints becomes a chain of massless bodies, one joint each, composed in MuJoCo's
   order about each joint's own anchor (``jnt_pos``); ``dof_damping``, ``jnt_stiffness``
   (about ``qpos_spring``) and ``jnt_range`` of limited joints are kept;
-* equality constraints ``connect`` -> a point closure, ``weld`` -> a weld closure, exact
-  (diffmb does not soften them: ``solref``/``solimp`` are ignored); inactive ones are
-  skipped; ``joint`` and ``tendon`` equalities are refused by name (diffmb's closures join
-  bodies, not coordinates);
+* equality constraints ``connect`` -> a point closure, ``weld`` -> a weld closure,
+  ``joint`` -> a coordinate coupling ``q1 = a0 + a1 q2 + ... + a4 q2^4`` (``polycoef``;
+  diffmb's coordinates are MuJoCo's ``qpos - qpos0``, so MuJoCo's reference offsets are
+  built in), all exact (diffmb does not soften them: ``solref``/``solimp`` are ignored);
+  inactive ones are skipped; ``tendon`` equalities are refused by name;
 * a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
   key, else ``qpos0`` at rest).
 
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import spatial as sp
-from .closures import loop_closures
+from .closures import coupling, loop_closures
 from .model import Model, ModelBuilder
 
 _KIND = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
@@ -86,7 +87,7 @@ def _compile(source):
         try:
             return mujoco.MjModel.from_xml_string(source), where
         except ValueError as e:
-            raise ValueError(f"{where}: MuJoCo's compiler: {e}") from None
+            raise ValueError(f"{where}: MuJoCo's compiler: {' '.join(str(e).split())}") from None
     path = os.fspath(source)
     where = f"MJCF file {path!r}"
     if not os.path.isfile(path):
@@ -170,13 +171,26 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
         notes.append(f"{m.ntendon} tendon(s) not carried over")
     if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity):
         notes.append("contacts not simulated (diffmb has no contact model)")
-    closures = _equalities(m, model, offset, last, name, where)
+    closures = _equalities(m, model, offset, last, joints, name, where)
     q0, qd0 = _state(m, model, joints, key, where, name)
     return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes,
                      joint_bodies=tuple((j, model.body_index(body), kind) for j, body, kind in joints))
 
 
-def _equalities(m, model, offset, last, name, where):
+def _coordinate(m, model, joints, j, ename, where, name):
+    """diffmb coordinate of MuJoCo joint ``j`` (hinge or slide) for a joint equality."""
+    import mujoco
+
+    for jj, body, kind in joints:
+        if jj == j:
+            if kind not in ("revolute", "prismatic"):
+                raise ValueError(f"{where}: equality {ename!r}: joint {name(mujoco.mjtObj.mjOBJ_JOINT, j)!r} "
+                                 f"is a {kind} joint; joint equalities couple hinge or slide joints")
+            return model.body_slices[model.body_index(body)][0]
+    raise ValueError(f"{where}: equality {ename!r}: joint {j} not found")  # pragma: no cover
+
+
+def _equalities(m, model, offset, last, joints, name, where):
     import mujoco
 
     pairs = []
@@ -185,10 +199,16 @@ def _equalities(m, model, offset, last, name, where):
         etype = int(m.eq_type[e])
         if not m.eq_active0[e]:
             continue
+        if etype == int(mujoco.mjtEq.mjEQ_JOINT):
+            y = _coordinate(m, model, joints, int(m.eq_obj1id[e]), ename, where, name)
+            j2 = int(m.eq_obj2id[e])
+            x = None if j2 < 0 else _coordinate(m, model, joints, j2, ename, where, name)
+            pairs.append(coupling(ename, y, x, np.asarray(m.eq_data[e][:5], float)))
+            continue
         if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD)):
             kind = mujoco.mjtEq(etype).name.replace("mjEQ_", "").lower()
             raise ValueError(f"{where}: equality {ename!r}: {kind} equalities are not supported (diffmb's "
-                             f"closures join bodies: use connect or weld, or remove it)")
+                             f"closures join bodies or joints: use connect, weld or joint, or remove it)")
         if int(m.eq_objtype[e]) != int(mujoco.mjtObj.mjOBJ_BODY):
             raise ValueError(f"{where}: equality {ename!r}: only body-based connect/weld (body1/body2) "
                              f"are supported, not site-based")

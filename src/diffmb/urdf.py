@@ -31,8 +31,10 @@ by the joint name.
   (``"repair"``). Massless links (virtual links between the joints of a 3-axis hip) and
   point masses are accepted wherever the mass matrix stays regular
   (:mod:`diffmb.regularity`); otherwise the error names the joints that move nothing.
-* ``<mimic>`` is reported (a warning) and not enforced: the joint stays an independent
-  coordinate, as in Pinocchio's default model.
+* ``<mimic>`` is reported (a warning) and not enforced by :func:`load_urdf`: the joint
+  stays an independent coordinate, as in Pinocchio's default model. :func:`mimic_closures`
+  turns the file's mimic tags into coordinate couplings (``joint = multiplier * of +
+  offset``, exact) for :func:`diffmb.close_loops`.
 * A root link named ``world`` is the world frame (fixed base) or, with
   ``floating_base=True``, the free body, renamed ``world_link`` (the free joint carries the
   root link, as in Pinocchio). A non-root link named ``world`` is refused.
@@ -359,11 +361,31 @@ def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
 
 
 def _warn_mimic(robot, where):
-    """``<mimic>`` couples a joint to another; diffmb keeps it an independent coordinate
-    (as Pinocchio's default model does). Say so rather than ignore it silently."""
+    """``<mimic>`` couples a joint to another; :func:`load_urdf` keeps it an independent
+    coordinate (as Pinocchio's default model does). Say so rather than ignore it silently."""
     for el in robot.findall("joint"):
         m = el.find("mimic")
         if m is not None:
             warnings.warn(f"{where}: joint {el.get('name')!r} <mimic joint={m.get('joint')!r}> is not "
-                          f"enforced: {el.get('name')!r} is an independent coordinate (drive it, or close "
-                          f"the coupling with a constraint)", stacklevel=3)
+                          f"enforced: {el.get('name')!r} is an independent coordinate (drive it, or "
+                          f"enforce it with diffmb.close_loops(model, diffmb.urdf.mimic_closures(file)) "
+                          f"or a loop-file closure of kind 'joint')", stacklevel=3)
+
+
+def mimic_closures(source) -> list:
+    """The file's ``<mimic>`` tags as closure specs for :func:`diffmb.close_loops`:
+    ``{"name": "mimic_<joint>", "kind": "joint", "joint", "of", "ratio", "offset"}``
+    (``joint = multiplier * of + offset``, URDF's defaults 1 and 0)."""
+    robot, where = _read(source)
+    out = []
+    for el in robot.findall("joint"):
+        m = el.find("mimic")
+        if m is None:
+            continue
+        name = el.get("name")
+        w = f"{where}: joint {name!r} <mimic>"
+        if not m.get("joint"):
+            raise ValueError(f"{w}: missing attribute 'joint'")
+        out.append({"name": f"mimic_{name}", "kind": "joint", "joint": name, "of": m.get("joint"),
+                    "ratio": _float(m, "multiplier", 1.0, w), "offset": _float(m, "offset", 0.0, w)})
+    return out
