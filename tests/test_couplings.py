@@ -256,3 +256,27 @@ def test_a_ball_joint_equality_is_refused_on_one_line():
     with pytest.raises(ValueError) as e:   # MuJoCo's compiler refuses it first; its words, one line
         load_mjcf(ball)
     assert "MuJoCo's compiler" in str(e.value) and "'couple'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_keyframe_off_the_equalities_is_moved_onto_them_and_said(tmp_path):
+    from test_cli_robustness import _script
+
+    m = mujoco.MjModel.from_xml_string(ARM)
+    qpos = m.qpos0 + np.array([0.3, 0.2, 0.5, 0.0])      # j3 off its polynomial by ~0.4
+    xml = ARM.replace("</mujoco>", '<keyframe><key name="k" qpos="{}" qvel="1 2 0 0.3"/></keyframe>'
+                      '</mujoco>'.format(" ".join(map(str, qpos))))
+    imp = load_mjcf(xml)
+    assert any("violated equality 'gear'" in n for n in imp.notes)
+    assert any("initial velocities violated" in n for n in imp.notes)
+    assert np.abs(np.asarray(position_residual(imp.model, imp.q0, imp.closures))).max() < 1e-10
+    G = np.asarray(diffmb.closures.jacobian(imp.model, imp.q0, imp.closures))
+    assert np.abs(G @ np.asarray(imp.qd0)).max() < 1e-10
+    assert float(imp.q0[0]) == pytest.approx(0.3, abs=0.05)   # minimum-norm: j1 barely moves
+
+    path = tmp_path / "arm.xml"
+    path.write_text(xml)
+    p = _script("run", str(path), "--t1", "0.01", "--quiet", "--no-plot", "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    err = [line for line in p.stderr.splitlines() if "warning" in line]
+    assert any(line.startswith("diffmb: warning: ") and "violated equality 'gear'" in line for line in err)
+    assert all(line.startswith("diffmb: warning: ") for line in err), err

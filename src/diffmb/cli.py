@@ -54,6 +54,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -612,12 +613,17 @@ def _fail(err) -> int:
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``diffmb`` console script; returns the exit code (130 on Ctrl-C)."""
+    """Entry point of the ``diffmb`` console script; returns the exit code (130 on Ctrl-C).
+    Warnings (a model file's notes, inertia placeholders) print as one line each."""
+    fmt = warnings.formatwarning
+    warnings.formatwarning = lambda message, *args, **kwargs: f"diffmb: warning: {message}\n"
     try:
         return _main(argv)
     except KeyboardInterrupt:
         print("diffmb: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = fmt
 
 
 def _main(argv=None) -> int:

@@ -17,7 +17,9 @@ angle units), so what diffmb reads is exactly the model MuJoCo simulates. From t
   built in), all exact (diffmb does not soften them: ``solref``/``solimp`` are ignored);
   inactive ones are skipped; ``tendon`` equalities are refused by name;
 * a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
-  key, else ``qpos0`` at rest).
+  key, else ``qpos0`` at rest). A state that violates the equalities (MuJoCo pulls it in
+  softly) is moved onto them, positions by minimum-norm Gauss-Newton and velocities by
+  the minimum-norm correction, and a note says by how much.
 
 Not carried over (said in :attr:`MjcfModel.notes`): contacts, actuators, tendons, armature
 and frictionloss. The body frame of a body whose joint has an anchor off its origin is
@@ -173,6 +175,8 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
         notes.append("contacts not simulated (diffmb has no contact model)")
     closures = _equalities(m, model, offset, last, joints, name, where)
     q0, qd0 = _state(m, model, joints, key, where, name)
+    if closures is not None:
+        q0, qd0 = _consistent(model, closures, q0, qd0, notes)
     return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes,
                      joint_bodies=tuple((j, model.body_index(body), kind) for j, body, kind in joints))
 
@@ -224,6 +228,27 @@ def _equalities(m, model, offset, last, joints, name, where):
             pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="weld", axis=0, rot_a=Rrel.T,
                               pos_a=d[3:6] - offset[b1], rot_b=np.eye(3), pos_b=-offset[b2]))
     return loop_closures(model, pairs) if pairs else None
+
+
+def _consistent(model, closures, q, qd, notes, tol=1e-9):
+    """``(q, qd)`` moved onto the closures where they violate them, with a note."""
+    from .closed_chain import assemble
+    from .closures import jacobian, position_residual
+
+    rows = np.asarray(closures.rows)
+    phi = np.asarray(position_residual(model, q, closures)).reshape(-1)[rows]
+    if np.abs(phi).max() > tol:
+        bad = sorted({closures.labels[i].split(":")[0] for i in np.flatnonzero(np.abs(phi) > tol)})
+        q, _ = assemble(model, closures, np.asarray(q))
+        notes.append(f"the initial state violated equality {', '.join(map(repr, bad))} by "
+                     f"{np.abs(phi).max():.3g}; moved onto it (minimum-norm change)")
+    G = np.asarray(jacobian(model, q, closures))
+    w = G @ np.asarray(qd)
+    if np.abs(w).max() > tol * max(1.0, np.abs(np.asarray(qd)).max()):
+        qd = jnp.asarray(np.asarray(qd) - np.linalg.lstsq(G, w, rcond=1e-10)[0])
+        notes.append(f"the initial velocities violated the equalities by {np.abs(w).max():.3g}; "
+                     f"minimum-norm correction applied")
+    return q, qd
 
 
 def _state(m, model, joints, key, where, name):

@@ -10,6 +10,7 @@ Without closures the model starts at rest in its zero pose; with a loop file
 from __future__ import annotations
 
 import os
+import warnings
 
 from . import Scenario
 
@@ -63,6 +64,8 @@ def mjcf_scenario(path, key=None) -> Scenario:
 
     path = existing(path, "MJCF file")
     imported = load_mjcf(path, key=key)  # compile once: errors before any run
+    for note in imported.notes:
+        warnings.warn(f"{path}: {note}", stacklevel=2)
     closed = imported.closures is not None
 
     def build(v, stabilization):
