@@ -23,6 +23,7 @@ import numpy as np
 
 from . import joints as jt
 from . import spatial as sp
+from .regularity import check_regular as check_regular_mass
 
 
 class Model(eqx.Module):
@@ -467,9 +468,7 @@ class ModelBuilder:
             frame_bodies=frame_bodies,
         )
         if check_regular or any(inert[n][0] == 0 and not np.any(inert[n][2]) for n in names):
-            from .regularity import check_regular as regular  # (regularity imports tree -> model)
-
-            regular(model, where)
+            check_regular_mass(model, where)
         return model
 
 

@@ -9,9 +9,17 @@ joint), ABA divides by zero, so such a model is refused with the joints that mov
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
-from .tree import mass_matrix
+from . import crba
+from .kinematics import kinematics
+
+
+def mass_matrix(model, q):
+    """``M(q)`` from the workspace and the CRBA (not :func:`diffmb.tree.mass_matrix`, which
+    imports the model module that calls this check: no cycle)."""
+    return crba.mass_matrix(model, kinematics(model, jnp.asarray(q, float)))
 
 
 def singular_joints(model, q=None, *, rtol: float = 1e-12) -> tuple[list[str], bool]:
