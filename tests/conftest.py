@@ -1,7 +1,7 @@
 """Shared test configuration and helpers.
 
 * float64, strict dtype promotion and rank promotion errors, as diffrax / equinox run
-  their own suites (DESIGN.md, "Tests and measurements").
+  their own suites.
 * ``make_random_model``: seeded random trees with mixed joint kinds, a free root or a
   fixed base, branches, fixed (merged) links, random placements and valid inertias.
 * ``random_state``: a random ``(q, qd)`` of a model (MRP parts inside the unit ball).

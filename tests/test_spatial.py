@@ -374,7 +374,7 @@ _BATCHED = _batched_calls()
 def test_leading_batch_axis_matches_vmap(name):
     """Spatial functions accept leading batch axes (``...``) and agree with vmap.
 
-    Run under ``jax_numpy_rank_promotion="raise"`` (the DESIGN.md test configuration):
+    Run under ``jax_numpy_rank_promotion="raise"`` (the test configuration, conftest.py):
     implicit rank broadcasting inside diffmb is a bug there.
     """
     fn = getattr(sp, name)

@@ -686,11 +686,11 @@ def test_build_rejects_bad_trees_naming_the_body(case):
         b.build()
 
 
-# ------------------------------------------------- DESIGN.md strict configuration
+# ------------------------------------------------- strict configuration (conftest.py)
 
 
 def test_tree_algorithms_under_rank_promotion_raise():
-    """DESIGN.md: tests run with jax_numpy_rank_promotion='raise'. Tracks the src fix
+    """Tests run with jax_numpy_rank_promotion='raise' (conftest.py). Tracks the src fix
     (conftest.RANK_PROMOTION can become "raise" once this passes)."""
     model = _model("free_b")
     q, qd = random_state(model, 0)

@@ -30,8 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from diffrax._local_interpolation import ThirdOrderHermitePolynomialInterpolation
-from diffrax._solver.runge_kutta import AbstractERK, AbstractRungeKutta, ButcherTableau
+from diffrax import AbstractERK, AbstractRungeKutta, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
 from .system import System
 from .trajectory import STATUS_CODES, Trajectory

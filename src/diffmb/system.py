@@ -1,6 +1,6 @@
 """The System protocol, and :class:`TreeSystem` for open trees of rigid bodies.
 
-Every formulation in diffmb compiles down to a :class:`System` (see ``DESIGN.md``):
+Every formulation in diffmb compiles down to a :class:`System`:
 
 ``default_params()``          the numeric parameters, a pytree (differentiable, vmappable);
 ``init_state(params)``        the initial state ``x0`` (a flat float array);

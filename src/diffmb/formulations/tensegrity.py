@@ -884,7 +884,8 @@ def taut_stretch(stretch, width):
 
 
 def _safe_norm(v):
-    """Row norms with a finite gradient at zero (DESIGN.md: no NaN-producing branches)."""
+    """Row norms with a finite gradient at zero (a slack bar's zero length must not put
+    NaN into reverse mode)."""
     s = jnp.sum(v * v, axis=-1)
     pos = s > 0
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, s, 1.0)), 0.0)
