@@ -83,19 +83,6 @@ def motion(kind, axis, axis2, q, qd):
     return sp.mv(subspace(kind, axis, axis2, q), qd)
 
 
-def project_force(kind, axis, axis2, q, f):
-    """``S^T f``: the generalized force of a spatial force (Fulton & Schaub eq. 10)."""
-    if kind == "revolute":
-        return jnp.dot(axis, f[:3])[None]
-    if kind == "prismatic":
-        return jnp.dot(axis, f[3:])[None]
-    if kind == "spherical":
-        return f[:3]
-    if kind == "free":
-        return f
-    return sp.mtv(subspace(kind, axis, axis2, q), f)
-
-
 def bias(kind, axis, axis2, q, qd):
     """``c_J = S_dot qd`` (apparent derivative in the child frame)."""
     if kind == "universal":

@@ -62,10 +62,6 @@ class TreeLayout:
     levels: tuple          # (level-0 groups, deeper-level groups): tuples of LevelGroup
     ancestors: np.ndarray  # (N, N) bool: [i, j] true when j is i or one of its ancestors
 
-    @property
-    def n_levels(self) -> int:
-        return int(self.depth.max()) + 1 if self.n_bodies else 0
-
     def path_dofs(self, body: int) -> list:
         """Public velocity indices of every joint on the path from ``body`` to the world."""
         out = []

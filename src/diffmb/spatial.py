@@ -303,7 +303,3 @@ def spatial_inertia(mass, com, inertia_com):
     bot = jnp.concatenate([m * Ct, m * eye], -1)
     return jnp.concatenate([top, bot], -2)
 
-
-def inertia_mul(I, v):
-    """``I @ v`` for a 6x6 inertia, multiply-and-sum."""
-    return mv(I, v)

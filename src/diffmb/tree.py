@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from . import aba, crba, rnea
 from . import joints as jt
 from . import spatial as sp
-from .kinematics import body_velocities, joint_placements, kinematics
+from .kinematics import body_velocities, kinematics
 from .layout import layout
 from .model import Model
 
@@ -52,12 +52,6 @@ def _fext(model: Model, f_ext):
 
 
 # ------------------------------------------------------------------------ kinematics
-
-
-def joint_transforms(model: Model, q):
-    """Per body ``(E, r)``: motion transform parent -> body (joint placement x joint)."""
-    E, r, _ = joint_placements(model, _vec(model, q, "q"))
-    return E, r
 
 
 def forward_kinematics(model: Model, q, qd=None):

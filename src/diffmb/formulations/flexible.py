@@ -520,33 +520,6 @@ class FlexibleSystem(System):
             fw.append(fwj[i] + jnp.concatenate([fomega, jnp.zeros(3, q.dtype), cq]))
         return fw, fu
 
-    def _forces_reference(self, xc, t, u, ws, rates, params):
-        """The generic form of :meth:`_forces` (one ``vjp`` of all rates; for tests)."""
-        gradP = jax.grad(self.potential)(xc, t, params)
-        gb = self._blocks(gradP)
-        cot = []
-        for i in range(self.n_bodies):
-            I = params["bodies"][i]["I"]
-            jr, qr = rates[i]
-            cj = -gb[i][0]
-            cq = -gb[i][1]
-            if self.n_modes[i]:
-                cq = cq - I["C"] @ qr
-                if self.geometric_stiffening:
-                    w = ws[i][:3]
-                    W = jnp.outer(w, w) - jnp.dot(w, w) * jnp.eye(3, dtype=w.dtype)
-                    KG = jnp.einsum("ab,abij->ij", W, I["KG"])
-                    cq = cq - KG @ self._blocks(xc)[i][1]
-            cot.append((cj, cq))
-
-        def rates_of(ws_in, uu):
-            _, r, _ = self._kinematics(xc, t, uu, params, ws_in=ws_in)
-            return r
-
-        _, vjp = jax.vjp(rates_of, ws, u)
-        fw, fu = vjp(cot)
-        return fw, fu
-
     def _ext(self, t, params):
         if self.torque_fn is None:
             return None
