@@ -27,5 +27,5 @@ def main() -> int:
     if hits:
         print("diffmb: interrupted while starting; nothing was run", file=sys.stderr)
         return 130
-    cli._pending_interrupt = lambda: bool(hits)
+    cli.on_pending_interrupt(lambda: bool(hits))
     return cli.main()

@@ -130,7 +130,7 @@ def test_interrupt_keeps_partial_and_resume_matches(tmp_path, monkeypatch, capsy
         if k == 1:  # after the 2nd chunk
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_after_chunk", interrupt)
+    monkeypatch.setattr(cli.run, "_after_chunk", interrupt)
     assert cli.main(PENDULUM + ["--out", str(cut), "--json", str(cut / "r.json")]) == 130
     assert "--resume" in capsys.readouterr().err
     partial = cut / "pendulum.partial.npz"
@@ -141,7 +141,7 @@ def test_interrupt_keeps_partial_and_resume_matches(tmp_path, monkeypatch, capsy
     assert len(part.ts) == 201 and int(part.n_steps) == 200
     np.testing.assert_array_equal(part.xs, ref.xs[:201])
 
-    monkeypatch.setattr(cli, "_after_chunk", None)
+    monkeypatch.setattr(cli.run, "_after_chunk", None)
     assert cli.main(PENDULUM + ["--out", str(cut), "--resume", "--json", str(cut / "r.json")]) == 0
     assert not partial.exists()
     done, meta = Trajectory.load(cut / "pendulum.npz")
@@ -151,9 +151,9 @@ def test_interrupt_keeps_partial_and_resume_matches(tmp_path, monkeypatch, capsy
 
 
 def test_resume_with_other_parameters_is_refused_unless_discarded(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_after_chunk", lambda k, t: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(cli.run, "_after_chunk", lambda k, t: (_ for _ in ()).throw(KeyboardInterrupt))
     assert cli.main(PENDULUM + ["--out", str(tmp_path)]) == 130
-    monkeypatch.setattr(cli, "_after_chunk", None)
+    monkeypatch.setattr(cli.run, "_after_chunk", None)
     capsys.readouterr()
     argv = PENDULUM + ["--out", str(tmp_path), "--resume", "--no-plot"]
     assert cli.main(argv + ["--set", "l=2"]) == 2  # --quiet or not: the refusal is said

@@ -133,7 +133,7 @@ def test_json_is_strict_and_keys_are_always_there(tmp_path):
     assert back["angular_momentum"] is None and back["violation"] is None
     assert back["energy"]["max_abs_change"] is None and back["energy"]["final"] is None  # inf
     assert back["energy"]["max_rel_change"] is None  # E(0) = 0: no relative change exists
-    cli._write_json(tmp_path / "r.json", {"loss": float("nan")})
+    cli._common.write_json(tmp_path / "r.json", {"loss": float("nan")})
     assert json.loads((tmp_path / "r.json").read_text()) == {"loss": None}
 
 
@@ -206,13 +206,13 @@ def test_ctrl_c_while_starting_and_while_running(tmp_path):
 # ------------------------------------------------------------------ wasted time
 def test_a_single_chunk_is_compiled_ahead_and_run_once(tmp_path, monkeypatch):
     runs = []
-    real = cli.compile_simulation
+    real = cli.run.compile_simulation
 
     def counting(system, **kw):
         run, seconds = real(system, **kw)
         return (lambda **c: runs.append(1) or run(**c)), seconds
 
-    monkeypatch.setattr(cli, "compile_simulation", counting)
+    monkeypatch.setattr(cli.run, "compile_simulation", counting)
     js = tmp_path / "r.json"
     assert cli.main(["run", "pendulum", "--t1", "0.3", "--out", str(tmp_path), "--json", str(js),
                      "--no-plot", "--quiet"]) == 0

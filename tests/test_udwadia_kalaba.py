@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb import simulate, spatial as sp
+from diffmb import scenarios, simulate, spatial as sp
 from diffmb.cli import main
 from diffmb.formulations import potentials as pot
 from diffmb.formulations import udwadia_kalaba as uk
@@ -185,7 +185,7 @@ def test_gradient_of_final_pose_wrt_well_stiffness_matches_fd():
 def test_explorer_hinged_cubes_two_nodes_two_edges(tmp_path):
     from diffmb import reconfig
 
-    obj = reconfig.run("uk-hinged-cubes", out=tmp_path, json_path=tmp_path / "g.json")
+    obj = reconfig.run(scenarios.get("uk-hinged-cubes"), out=tmp_path, json_path=tmp_path / "g.json")
     assert len(obj["nodes"]) == 2 and len(obj["edges"]) == 2
     pairs = {(e["source"], e["target"]): e["potential"] for e in obj["edges"]}
     assert pairs == {(0, 1): "-y", (1, 0): "+x"}
@@ -279,7 +279,7 @@ def test_imaging_explorer_small_layout_graph(tmp_path):
 
     from diffmb import reconfig
 
-    full = reconfig.get_problem("uk-imaging")
+    full = reconfig.get_problem(scenarios.get("uk-imaging"))
     sites = tuple(dataclasses.replace(s, options={"fixed": s.options["fixed"]} if s.name != "s23"
                                       else {o: s.options[o] for o in ("revolute", "fixed")})
                   for s in full.sites)
@@ -331,3 +331,44 @@ def test_imaging_cli_run(tmp_path):
     out = tmp_path / "uki.json"
     assert main(["run", "uk-imaging", "--json", str(out), "--no-plot", "--out", str(tmp_path)]) == 0
     assert out.exists()
+
+
+# ------------------------------------------------------------ magnets, user forces
+
+
+def _two_bodies():
+    R = jnp.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.3]])
+    Q = jnp.array([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    return R, Q
+
+
+def test_dipole_dipole_energy_and_force_match_the_dipole_field():
+    """Coaxial dipoles m along z at distance r: U = -mu0 m^2 / (2 pi r^3), attracting with
+    3 mu0 m^2 / (2 pi r^4); side by side U = +mu0 m^2 / (4 pi r^3); with one dipole
+    turned by 90 degrees about x (moment across the line joining them) U = 0."""
+    m, r = 2.0, 0.3
+    d = pot.DipoleDipole("mag", bodies=("a", "b"), moment_a=(0, 0, m), moment_b=(0, 0, m)).resolve({"a": 0, "b": 1})
+    p = {k: jnp.asarray(v) for k, v in d.defaults().items()}
+    R, Q = _two_bodies()
+    U = float(d.energy(R, Q, p, None))
+    assert U == pytest.approx(-pot.MU0 * m * m / (2 * math.pi * r**3), rel=1e-12)
+    F = jax.grad(lambda R_: d.energy(R_, Q, p, None))(R)
+    assert float(F[1, 2]) == pytest.approx(3 * pot.MU0 * m * m / (2 * math.pi * r**4), rel=1e-12)  # dU/dz_b > 0: attracted
+    np.testing.assert_allclose(np.asarray(F[0] + F[1]), 0.0, atol=1e-18)                          # action = reaction
+    side = R.at[1].set(jnp.array([r, 0.0, 0.0]))
+    assert float(d.energy(side, Q, p, None)) == pytest.approx(pot.MU0 * m * m / (4 * math.pi * r**3), rel=1e-12)
+    turned = Q.at[1].set(jnp.array([math.sin(math.pi / 4), 0.0, 0.0, math.cos(math.pi / 4)]))  # b's moment along -y or y
+    assert abs(float(d.energy(R, turned, p, None))) < 1e-18
+
+
+def test_applied_force_acts_on_its_body_with_its_weight():
+    f = pot.AppliedForce("push", bodies=("b",), numbers=(("k", 3.0),),
+                         fn=lambda t, R, Q, V, W, p: (p["k"] * jnp.array([1.0, 0.0, 0.0]) * t, jnp.array([0.0, 0.0, 0.5])))
+    f = f.resolve({"a": 0, "b": 1})
+    p = {k: jnp.asarray(v) for k, v in {**f.defaults(), "weight": 2.0}.items()}
+    R, Q = _two_bodies()
+    F, tau = f.force(2.0, R, Q, jnp.zeros_like(R), jnp.zeros_like(R), p, None)
+    np.testing.assert_allclose(np.asarray(F), [[0, 0, 0], [12.0, 0, 0]])
+    np.testing.assert_allclose(np.asarray(tau), [[0, 0, 0], [0, 0, 1.0]])
+    with pytest.raises(ValueError, match="applied force 'bad': fn must be callable"):
+        pot.AppliedForce("bad", bodies=("b",)).defaults()

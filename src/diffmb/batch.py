@@ -26,7 +26,6 @@ Metrics per member (``SweepResult.table``):
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import time
@@ -37,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import scenarios
+from .binding import NotAffine, bind, build_batch
 from .integrate import RunSettings
 from .trajectory import STATUS_CODES, STATUS_NAMES
 
@@ -168,13 +169,6 @@ class SweepResult:
             w.writeheader()
             w.writerows(rows)
         return path
-
-    def write_json(self, path):
-        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=2)
-        return path
-
 
 def _devices(devices):
     if devices is None:
@@ -319,8 +313,6 @@ def sweep_scenario(scenario, ranges: dict, fixed: dict | None = None, n: int | N
                    sample="linspace", seed=0, stabilization=None, **run) -> SweepResult:
     """Sweep a scenario over parameter ranges (:func:`member_values`), members' values in
     the result's ``rows()``; ``run``: :func:`sweep`'s options (``t1``, ``dt``, ...)."""
-    from . import scenarios
-
     sc = scenarios.get(scenario) if isinstance(scenario, str) else scenario
     members = member_values(ranges, dict(fixed or {}), n, sample=sample, seed=seed)
     system, params = scenario_batch(sc, members, stabilization)
@@ -333,7 +325,6 @@ def scenario_batch(scenario, members: list, stabilization=None):
     Parameters that enter the params affinely (:mod:`diffmb.binding`) are stacked from one
     build; others (geometry) fall back to one build per member.
     """
-    from .binding import bind, build_batch
 
     keys = sorted({k for m in members for k in m})
     if any(set(m) != set(keys) for m in members):
@@ -345,9 +336,7 @@ def scenario_batch(scenario, members: list, stabilization=None):
             lambda x: jnp.broadcast_to(x, (len(members),) + jnp.shape(x)) if eqx.is_array(x) else x, p)
     try:
         b = bind(scenario, names, members[0], stabilization)
-    except ValueError as e:
-        if "not tuned or fitted" not in str(e) and "changes the structure" not in str(e):
-            raise
+    except NotAffine:
         return build_batch(scenario, members, stabilization)
     theta = jnp.asarray(np.array([[m[k] for k in b.names] for m in members], float))
     return b.system, eqx.filter_vmap(b.params)(theta)

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import scenarios
+
 JOINT_FIELDS = {"K": "stiffness", "c": "damping", "rest": "rest"}
 
 
@@ -74,10 +76,6 @@ class Binding(eqx.Module):
             step = theta[k] - self.values[k]
             out = jax.tree_util.tree_map(lambda x, dx, s=step: x + s * dx, out, _split(d)[0])
         return eqx.combine(out, static)
-
-    def as_dict(self, theta) -> dict:
-        return {n: float(v) for n, v in zip(self.names, np.asarray(theta))}
-
 
 def _joint_param(name: str, params):
     """``(field, index)`` for ``K.<coord>`` style names, or ``None``."""
@@ -161,6 +159,12 @@ def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1
                    directions=tuple(dirs), names=names, scenario=scenario.name, stabilization=stab)
 
 
+class NotAffine(ValueError):
+    """A parameter that cannot be bound as an affine direction of the params: it changes
+    the structure (a structural option) or enters nonlinearly. It can still be swept with
+    one build per member (:func:`build_batch`), but not tuned or fitted by gradient."""
+
+
 def _build(scenario, values, delta, stab, label, base):
     v = dict(values)
     for k, h in delta.items():
@@ -171,8 +175,8 @@ def _build(scenario, values, delta, stab, label, base):
         raise ValueError(f"parameter {label!r}: scenario {scenario.name!r} rejects a probe "
                          f"at {', '.join(f'{k}={v[k]:g}' for k in delta)}: {e}") from None
     if not _same_structure(base, p):
-        raise ValueError(f"parameter {label!r} changes the structure of scenario "
-                         f"{scenario.name!r} (it is a structural option, not a number to tune)")
+        raise NotAffine(f"parameter {label!r} changes the structure of scenario "
+                        f"{scenario.name!r} (it is a structural option, not a number to tune)")
     return p
 
 
@@ -199,7 +203,7 @@ def _check_affine(base, pairs, probe, label, scen, rtol, joint=False):
         scale = max(np.max(np.abs(got), initial=0.0), np.max(np.abs(p), initial=0.0), 1e-300)
         if np.max(np.abs(p - got), initial=0.0) > rtol * scale + 1e-12:
             how = "together (they multiply)" if joint else "nonlinearly"
-            raise ValueError(
+            raise NotAffine(
                 f"parameter {label!r} enters scenario {scen!r} {how}: it can be swept "
                 f"(one build per member) but not tuned or fitted by gradient")
 
@@ -228,8 +232,6 @@ def resolve(scenario, names, overrides=None, stabilization=None, *, t1=None, dt=
     """``(binding, settings)`` for the design tools: ``scenario`` is a Scenario, its name or
     a ready :class:`Binding`; ``settings`` are the run options (``t1``, ``dt``, ``solver``,
     ``rtol``, ``atol``), the scenario's where not given (dopri5 for a bare Binding)."""
-    from . import scenarios
-
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
     if isinstance(scenario, Binding):

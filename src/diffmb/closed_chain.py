@@ -50,6 +50,7 @@ import numpy as np
 from . import closures as cl
 from .kinematics import kinematics
 from .model import Model
+from .system import TreeSystem
 
 KINDS = {"revolute": "hinge", "hinge": "hinge", "spherical": "point", "point": "point",
          "ball": "point", "weld": "weld", "fixed": "weld", "prismatic": "slider", "slider": "slider"}
@@ -316,8 +317,6 @@ def read_loops(path) -> dict:
 
 def closed_system(model: Model, loops_file, *, stabilization="projection", baumgarte=(0.0, 0.0)):
     """A :class:`~diffmb.system.TreeSystem` of ``model`` closed by a loop file, assembled."""
-    from .system import TreeSystem
-
     spec = read_loops(loops_file)
     init = spec["initial"]
     guess = _state(model, init.get("q"), f"{spec['path']}: initial.q")

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import scenarios
 from .binding import Binding, resolve
 from .data import Data, default_columns, sample_times
 from .integrate import simulate
@@ -286,8 +287,6 @@ def synth(scenario, overrides=None, *, stabilization=None, t1=None, dt=None, sol
     ``samples`` equally spaced times (default: every 10 ms, at most 1001), adding
     Gaussian noise of standard deviation ``noise`` (column units) from ``seed``.
     Returns ``(Data, trajectory)``."""
-    from . import scenarios
-
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
     system, params, _ = scenario.make(overrides, stabilization)

@@ -36,8 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import spatial as sp
-from .closures import coupling, loop_closures
+from .closed_chain import assemble
+from .closures import coupling, jacobian, loop_closures, position_residual
 from .model import Model, ModelBuilder
+from .system import TreeSystem
 
 _KIND = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
 
@@ -57,8 +59,6 @@ class MjcfModel:
 
     def system(self, *, stabilization=None, baumgarte=(0.0, 0.0)):
         """A :class:`~diffmb.system.TreeSystem` at the keyframe state."""
-        from .system import TreeSystem
-
         if stabilization is None:
             stabilization = "projection" if self.closures is not None else "none"
         return TreeSystem(self.model, self.q0, self.qd0, closures=self.closures,
@@ -232,8 +232,6 @@ def _equalities(m, model, offset, last, joints, name, where):
 
 def _consistent(model, closures, q, qd, notes, tol=1e-9):
     """``(q, qd)`` moved onto the closures where they violate them, with a note."""
-    from .closed_chain import assemble
-    from .closures import jacobian, position_residual
 
     rows = np.asarray(closures.rows)
     phi = np.asarray(position_residual(model, q, closures)).reshape(-1)[rows]

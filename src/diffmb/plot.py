@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .data import unit_kinds
+
 MAX_LINES_PER_PANEL = 4
 MAX_PANELS = 4
 
@@ -64,8 +66,6 @@ def coordinates_figure(traj, title: str | None = None, system=None):
     """Position-level coordinates vs time, one panel per unit (angles, positions, MRP,
     other), each labelled with its unit; colours and line styles cycle so that no two
     curves of a panel look alike (legend beside the panel)."""
-    from .data import unit_kinds
-
     kinds = unit_kinds(system) if system is not None else {}
     names = list(traj.coordinate_names)
     groups = {k: [n for n in names if _unit_kind(n, kinds) == k] for k, _ in UNIT_GROUPS}

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
-from .formulations.udwadia_kalaba import UKSystem, dcm_NB
+from .formulations.udwadia_kalaba import UKSystem, dcm_NB, omega_body
 from .integrate import simulate
 
 
@@ -226,7 +226,6 @@ def _assess(problem, traj, k, ts):
     ke = np.asarray(traj.diagnostics["kinetic_energy"][k])[valid][window]
     V = xs[window][:, 7 * sysm.n:].reshape(-1, sysm.n, 7)
     X = xs[window][:, : 7 * sysm.n].reshape(-1, sysm.n, 7)
-    from .formulations.udwadia_kalaba import omega_body
 
     w = np.asarray(omega_body(jnp.asarray(X[..., 3:]), jnp.asarray(V[..., 3:])))
     rates = max(np.abs(V[..., :3]).max(initial=0.0), np.abs(w).max(initial=0.0))
@@ -378,27 +377,20 @@ def graph_figure(G, system, title=""):
     return fig
 
 
-# ============================================================================== registry
-PROBLEMS: dict = {}
+# ============================================================================== by scenario
+def get_problem(scenario, overrides=None) -> Problem:
+    """The reconfiguration problem a scenario declares (its ``reconfiguration`` field)."""
+    if scenario.reconfiguration is None:
+        raise ValueError(f"scenario {scenario.name!r} has no reconfiguration problem (the "
+                         f"Udwadia-Kalaba scenarios uk-hinged-cubes and uk-imaging have one)")
+    return scenario.reconfiguration(overrides)
 
 
-def register_problem(name, make):
-    """``make(overrides: dict | None) -> Problem`` for scenario ``name``."""
-    PROBLEMS[name] = make
-
-
-def get_problem(name, overrides=None) -> Problem:
-    from . import scenarios  # noqa: F401  (registers)
-
-    if name not in PROBLEMS:
-        raise ValueError(f"scenario {name!r} has no reconfiguration problem; available: "
-                         f"{', '.join(sorted(PROBLEMS)) or '(none)'}")
-    return PROBLEMS[name](overrides)
-
-
-def run(name, out=None, json_path=None, overrides=None, verbose=False) -> dict:
-    """Explore scenario ``name``; write ``<out>/<name>.graphml`` and ``.png``; return the JSON object."""
-    problem = get_problem(name, overrides)
+def run(scenario, out=None, json_path=None, overrides=None, verbose=False) -> dict:
+    """Explore a scenario's reconfiguration graph (:class:`~diffmb.scenarios.Scenario` with a
+    ``reconfiguration``); write ``<out>/<name>.graphml`` and ``.png``; return the JSON object."""
+    problem = get_problem(scenario, overrides)
+    name = scenario.name
     G = explore(problem, verbose=verbose)
     gfile = None
     if out is not None:

@@ -96,7 +96,19 @@ class System(eqx.Module):
         return None
 
 
+#: Constraint stabilization, one vocabulary for every formulation (each accepts the
+#: subset that applies to it): ``baumgarte`` feeds the violation back into the
+#: acceleration-level constraint with gains ``a``, ``b`` (params ``["baumgarte"]``);
+#: ``projection`` corrects positions and velocities onto the constraint manifold after
+#: each step (the tensegrity formulation's direct correction).
 STABILIZATIONS = ("none", "baumgarte", "projection")
+
+
+def check_stabilization(name, allowed=STABILIZATIONS) -> str:
+    """``name`` if it is one of ``allowed``, else ValueError listing them."""
+    if name not in allowed:
+        raise ValueError(f"stabilization: unknown {name!r}; expected one of {list(allowed)}")
+    return name
 
 
 class TreeSystem(System):
@@ -139,8 +151,7 @@ class TreeSystem(System):
         for name, v in (("q0", self.q0), ("qd0", self.qd0)):
             if v.shape != (model.nq,):
                 raise ValueError(f"TreeSystem {name}: expected shape ({model.nq},), got {v.shape}")
-        if stabilization not in STABILIZATIONS:
-            raise ValueError(f"stabilization: unknown {stabilization!r}; expected one of {list(STABILIZATIONS)}")
+        check_stabilization(stabilization)
         if closures is None and stabilization != "none":
             raise ValueError(f"stabilization {stabilization!r} needs loop closures; this system has none")
         self.tau_fn = tau_fn

@@ -39,6 +39,7 @@ import numpy as np
 import optax
 
 from .binding import Binding, resolve
+from .data import unit_kinds
 from .integrate import FIXED_SOLVERS, RunSettings
 
 LOSSES = ("violation", "deploy")
@@ -177,7 +178,6 @@ def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_veloc
     way that shows in the motion. ``with_run``: also return the run at ``settings``
     (``(floor, trajectory)``), from which :func:`tune` takes its initial loss.
     """
-    from .data import unit_kinds
 
     params = binding.params(jnp.asarray(values, float))
     fine = (dataclasses.replace(settings, dt=settings.dt / 2) if settings.dt is not None

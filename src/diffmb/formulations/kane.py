@@ -96,9 +96,8 @@ from ..closures import ROW_NAMES, Closure, LoopClosures, closure_rows, independe
 from ..kinematics import Kinematics, kinematics
 from ..layout import layout
 from ..model import Model
-from ..system import System
+from ..system import System, check_stabilization
 
-STABILIZATIONS = ("none", "projection", "baumgarte")
 FORMULATIONS = ("kane", "dae")
 
 
@@ -316,8 +315,7 @@ class CutJointSystem(System):
                 raise ValueError("coordinate_map: not supported with spherical/free joints (MRPs)")
             coordinate_map = tuple(tuple(float(v) for v in row) for row in P)
         self.coordinate_map = coordinate_map
-        if stabilization not in STABILIZATIONS:
-            raise ValueError(f"stabilization: unknown {stabilization!r}; expected one of {list(STABILIZATIONS)}")
+        check_stabilization(stabilization)
         if stabilization == "baumgarte" and self.formulation != "dae":
             raise ValueError("stabilization 'baumgarte' is for the multiplier (DAE) form; "
                              "the Kane form uses 'none' or 'projection'")
@@ -382,10 +380,6 @@ class CutJointSystem(System):
     @property
     def n(self) -> int:
         return len(self.names)
-
-    @property
-    def n_dependent(self) -> int:
-        return self.n - self.n_independent
 
     @property
     def independent_names(self) -> tuple:
@@ -504,10 +498,6 @@ class CutJointSystem(System):
                               zip(models, self._blocks(qt, models), self._blocks(ut, models))])
         return self._map(v=nl), self._map(v=fj)
 
-    def nonlinear_terms(self, q, u, params):
-        """``nl(q, u)`` of eq. (3): Coriolis, centrifugal and gravity terms (RNEA, u_dot = 0)."""
-        return self._tree_forces(q, u, params)[0]
-
     def active_forces(self, t, q, u, params, ws=None):
         """``F`` of eq. (4): passive joint springs/dampers plus ``force_fn``."""
         F = self._tree_forces(q, u, params, ws)[1]
@@ -536,10 +526,6 @@ class CutJointSystem(System):
         G = cl.dense_jacobian(cl.jacobian_blocks(ws, loops), loops, self.n)[np.asarray(self.kept_rows)]
         P = self._P(G.dtype)
         return G if P is None else G @ P
-
-    def _Cw(self, q, w, params):
-        """``C(q) w``: the closure rows of the relative node velocity for speeds ``w`` (eq. 12)."""
-        return self.constraint_jacobian(q, params) @ w
 
     def constraint_jacobian(self, q, params):
         """``C(q)`` (eq. 12): the closure rows of the two nodes' Jacobians along their tree

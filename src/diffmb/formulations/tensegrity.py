@@ -51,9 +51,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..system import System
+from ..system import System, check_stabilization
 
-STABILIZATIONS = ("none", "projection")
+STABILIZATIONS = ("none", "projection")  # a subset of diffmb.system.STABILIZATIONS
 _AXES = "xyz"
 
 
@@ -495,8 +495,7 @@ class TensegritySystem(System):
                  correction_passes=3, slack_width=0.0):
         if not isinstance(structure, Structure):
             raise TypeError(f"TensegritySystem: expected a Structure, got {type(structure).__name__}")
-        if stabilization not in STABILIZATIONS:
-            raise ValueError(f"stabilization: unknown {stabilization!r}; expected one of {list(STABILIZATIONS)}")
+        check_stabilization(stabilization, STABILIZATIONS)
         if not (gamma > 0 and math.isfinite(gamma)):
             raise ValueError(f"gamma: the correction threshold must be positive, got {gamma}")
         if not (slack_width >= 0 and math.isfinite(slack_width)):
@@ -819,12 +818,6 @@ class TensegritySystem(System):
         return jnp.concatenate([q, qd, jnp.reshape(W, (1,))])
 
     # ------------------------------------------------------------------ outputs
-    def bar_length_error(self, q, p):
-        if not self.bars:
-            return jnp.zeros(0, q.dtype)
-        l = _safe_norm(self._vec(q.reshape(-1, 3), self.bars))
-        return l - p["bar_length"]
-
     def diagnostics(self, x, params):
         q, qd, W = self.split(x)
         E = self.energy(q, qd, params)

@@ -64,7 +64,8 @@ rows multiplied by 0 are handled like redundant rows), so joint layouts can be s
 and vmapped without recompiling (the reconfiguration explorer relies on it).
 
 Drift control: ``stabilization="baumgarte"`` replaces ``b`` by
-``b - 2 alpha phi_dot - beta^2 phi`` (also for the norm rows); ``"projection"`` applies,
+``b - 2 alpha phi_dot - beta^2 phi`` (also for the norm rows), with Baumgarte's gains
+``alpha, beta`` named ``a``, ``b`` in the params as in every formulation; ``"projection"`` applies,
 after every step, Gauss–Newton corrections of the positions onto ``phi = 0`` and
 ``|q| = 1`` in the metric ``M^`` and then the velocity projection onto ``A x_dot = 0`` in
 the same metric (which keeps the total momentum, the joint impulses being internal).
@@ -83,10 +84,9 @@ import numpy as np
 
 from .. import spatial as sp
 from ..model import check_inertia
-from ..system import System
+from ..system import System, check_stabilization
 from . import potentials as pot
 
-STABILIZATIONS = ("none", "baumgarte", "projection")
 SOLVERS = ("cholesky", "pinv")
 JOINT_KINDS = ("spherical", "revolute", "fixed", "prismatic")
 JOINT_ROWS = {"spherical": 3, "revolute": 6, "fixed": 6, "prismatic": 5}
@@ -406,8 +406,7 @@ class UKBuilder:
     # ------------------------------------------------------------------ build
     def build(self, *, stabilization="projection", baumgarte=(0.0, 0.0), solver="cholesky",
               analytic=True, projection_iterations=3, refine=2, eps=1e-10) -> "UKSystem":
-        if stabilization not in STABILIZATIONS:
-            raise ValueError(f"stabilization: unknown {stabilization!r}; expected one of {list(STABILIZATIONS)}")
+        check_stabilization(stabilization)
         if solver not in SOLVERS:
             raise ValueError(f"solver: unknown {solver!r}; expected one of {list(SOLVERS)}")
         if not self._bodies or all(b.fixed for b in self._bodies):
@@ -441,7 +440,7 @@ class UKBuilder:
             "joints": jparams,
             "user": {u.name: jax.tree.map(f64, u.numbers) for u in self._user},
             "interactions": {i.name: jax.tree.map(f64, i.defaults()) for i in inter},
-            "baumgarte": {"alpha": f64(a), "beta": f64(bb)},
+            "baumgarte": {"a": f64(a), "b": f64(bb)},
             "sensors": {"point": f64(np.stack([s.point for s in self._sensors]) if self._sensors else np.zeros((0, 3))),
                         "normal": f64(np.stack([_unit_or_zero(s.normal) for s in self._sensors])
                                       if self._sensors else np.zeros((0, 3))),
@@ -657,7 +656,7 @@ class UKSystem(System):
         q, qd = X[:, 3:], V[:, 3:]
         beta = -jnp.sum(qd * qd, -1)
         if baumgarte:
-            a, b = params["baumgarte"]["alpha"], params["baumgarte"]["beta"]
+            a, b = params["baumgarte"]["a"], params["baumgarte"]["b"]
             beta = beta - 2 * a * jnp.sum(q * qd, -1) - b**2 * 0.5 * (jnp.sum(q * q, -1) - 1.0)
         return beta
 
@@ -666,7 +665,7 @@ class UKSystem(System):
         baumgarte = self.stabilization == "baumgarte" if baumgarte is None else baumgarte
         A, b, phi = self._joint_blocks(X, V, params)
         if baumgarte:
-            al, be = params["baumgarte"]["alpha"], params["baumgarte"]["beta"]
+            al, be = params["baumgarte"]["a"], params["baumgarte"]["b"]
             phid = jnp.sum(A * V[None], axis=(1, 2))
             b = b - 2 * al * phid - be**2 * phi
         q = X[:, 3:]

@@ -81,17 +81,3 @@ def animate(system, traj, panels, path, fps: int = 20, max_frames: int = 150, ti
             writer.grab_frame()
     tmp.replace(path)
     return path
-
-
-def animate_scenario(name, values, system, traj, out_dir, **kw) -> Path | None:
-    """``<out_dir>/<name>.gif`` for an origami scenario; ``None`` (and a note) otherwise."""
-    from ..scenarios.origami import outlines
-
-    panels = outlines(name, values)
-    if panels is None:
-        import sys
-
-        print(f"diffmb: --animate: scenario {name!r} has no panel outlines (not origami); skipped",
-              file=sys.stderr)
-        return None
-    return animate(system, traj, panels, Path(out_dir) / f"{name}.gif", title=name, **kw)

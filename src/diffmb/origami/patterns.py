@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .pattern import Crease, CreasePattern, Panel
+from .. import topology as topo
+from .pattern import Crease, CreasePattern, Panel, _info, polygon_area
 
 # Table 1 / Table 5 of Fulton & Schaub: a 2 m panel of 1 kg. The tabulated inertia is that
 # of a 2 m x 0.1 m x 0.1 m bar, not of a plate; the scenarios keep the paper's numbers.
@@ -112,9 +113,6 @@ def topology_info(pattern: CreasePattern):
     """The :class:`~diffmb.origami.pattern.OrigamiInfo` (chains, closure pairs and the counts
     ``n_b, n_h, n_p, n_c``) that :func:`~diffmb.origami.pattern.build` reports for
     ``pattern``, from the graph alone: no model, no closure check, no compile."""
-    from .. import topology as topo
-    from .pattern import _info
-
     tp = topo.spanning_tree([(c.a, c.b) for c in pattern.creases], pattern.root,
                             method=pattern.method, cut=pattern.cut)
     return _info(tp)
@@ -238,7 +236,6 @@ def scheel(n_sectors: int, n_rings: int, *, hub_radius: float = 1.0, ring_width:
         raise ValueError(f"scheel: needs at least 1 ring (got {n_rings})")
     if hub_radius <= 0 or ring_width <= 0:
         raise ValueError("scheel: hub_radius and ring_width must be positive")
-    from .pattern import polygon_area
 
     k_ring = stiffness if k_ring is None else k_ring
     ang = 2 * np.pi * np.arange(n_sectors) / n_sectors

@@ -48,6 +48,9 @@ class Scenario:
     #: that the physics conserves with these values; a run's jumps in them are flagged
     #: (:mod:`diffmb.health`). Default: none (damped, driven or controlled cases).
     conserved: Callable = field(default=lambda values: ())
+    #: ``reconfiguration(overrides) -> diffmb.reconfig.Problem``: the scenario's
+    #: reconfiguration-graph problem (``diffmb reconfig``), or ``None``.
+    reconfiguration: Callable | None = None
 
     def resolve(self, overrides: dict | None = None) -> dict:
         """Defaults updated by ``overrides``; unknown names raise ValueError."""

@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 import warnings
 
+from ..closed_chain import closed_system
+from ..mjcf_import import load_mjcf
+from ..system import TreeSystem
+from ..urdf import load_urdf
 from . import Scenario
 
 STABS = ("none", "baumgarte", "projection")
@@ -30,10 +34,6 @@ def existing(path, what):
 
 
 def urdf_scenario(path, closures=None) -> Scenario:
-    from ..closed_chain import closed_system
-    from ..system import TreeSystem
-    from ..urdf import load_urdf
-
     path = existing(path, "URDF file")
     if closures is not None:
         closures = existing(closures, "loop file")
@@ -60,8 +60,6 @@ def urdf_scenario(path, closures=None) -> Scenario:
 def mjcf_scenario(path, key=None) -> Scenario:
     """An MJCF model (:func:`diffmb.mjcf_import.load_mjcf`): its equalities closed exactly,
     the state of ``key`` (default: the first keyframe). Settable: Baumgarte ``a``, ``b``."""
-    from ..mjcf_import import load_mjcf
-
     path = existing(path, "MJCF file")
     imported = load_mjcf(path, key=key)  # compile once: errors before any run
     for note in imported.notes:

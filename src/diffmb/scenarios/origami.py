@@ -28,11 +28,14 @@ Loop-closed (cut) creases carry no hinge torque, for the linear springs as for t
 from __future__ import annotations
 
 import math
+import os
 
 from ..origami import build, fold_2x4, fold_3x3, fold_4panel, map_fold
 from ..origami.hinges import hinge_indices, make_hinges
-from ..origami.patterns import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA
-from . import Scenario, register
+from ..origami.fold import load_fold
+from ..origami.patterns import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA, miura, scheel
+from . import Scenario, get, register
+from .files import existing
 
 PAPER = "Fulton & Schaub, Acta Astronautica 2021"
 STABS = ("none", "baumgarte", "projection")
@@ -115,8 +118,6 @@ def outlines(name, values=None):
     """``OrigamiInfo.panel_outlines`` of scenario ``name`` (``None`` if not an origami case)."""
     if name not in PATTERNS:
         return None
-    from . import get
-
     v = get(name).resolve(values)
     _, info = _build(name, v, "none")
     return info.panel_outlines
@@ -200,16 +201,12 @@ def _count(v, key, least):
 
 
 def _pattern_miura(v):
-    from ..origami.patterns import miura
-
     return miura(_count(v, "rows", 1), _count(v, "cols", 1), angle_deg=v["angle"], a=v["len_a"],
                  b=v["len_b"], fold=v["fold"], panel_mass=1.0, hub_mass=v["hub_mass"],
                  stiffness=_linear(v), k_zigzag=_linear(v, "K_zig"), damping=v["c"])
 
 
 def _pattern_scheel(v):
-    from ..origami.patterns import scheel
-
     return scheel(_count(v, "sectors", 3), _count(v, "rings", 1), hub_radius=v["hub_radius"],
                   ring_width=v["ring_width"], panel_density=v["density"], hub_mass=v["hub_mass"],
                   stiffness=_linear(v), k_ring=_linear(v, "K_ring"), damping=v["c"])
@@ -250,11 +247,6 @@ def fold_scenario(path) -> Scenario:
     """An ad-hoc scenario for a FOLD file (``diffmb run pattern.fold``), named after the
     file's stem. Parameters: ``density`` [kg/m^2], ``K`` [N m/rad], ``c`` [N m s/rad] (every
     hinge), ``hub_mass`` (root panel; 0: from the density), Baumgarte ``a``, ``b``."""
-    import os
-
-    from ..origami.fold import load_fold
-    from .files import existing
-
     path = existing(path, "FOLD file")
 
     def make(v, stabilization):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,6 +27,7 @@ from .. import tree
 from ..formulations import potentials as pot
 from ..formulations.udwadia_kalaba import UKBuilder
 from ..model import ModelBuilder
+from ..reconfig import JointSite, Problem
 from ..system import TreeSystem
 from . import Scenario, conserves, register
 
@@ -107,8 +109,6 @@ def chain_pair(n=4, length=0.4, mass=1.0, *, angles=0.3, rates=0.5, spin=0.4, st
 
 def chain_poses_tree(model, xs):
     """Tree trajectory ``xs (k, 2 nq)`` -> com positions ``(k, N, 3)`` and DCMs ``(k, N, 3, 3)``."""
-    import jax
-
     def one(x):
         dcm, pos = tree.forward_kinematics(model, x[: model.nq])
         return pos + sp.mtv(dcm, model.com), dcm
@@ -129,7 +129,7 @@ def _chain(v, stabilization):
     if v["length"] <= 0 or v["mass"] <= 0:
         raise ValueError("parameters 'length' and 'mass' must be positive")
     system, _ = chain_pair(n, v["length"], v["mass"], angles=v["angle0"], rates=v["rate0"], spin=v["spin"],
-                           stabilization=stabilization, baumgarte=(v["alpha"], v["beta"]))
+                           stabilization=stabilization, baumgarte=(v["a"], v["b"]))
     return system, system.default_params()
 
 
@@ -139,7 +139,7 @@ register(Scenario(
     paper="Shoer & Peck (Udwadia-Kalaba with quaternions), section III",
     build=_chain,
     defaults={"n_bodies": 4.0, "length": 0.4, "mass": 1.0, "angle0": 0.3, "rate0": 0.5, "spin": 0.4,
-              "alpha": 10.0, "beta": 10.0},
+              "a": 10.0, "b": 10.0},
     t1=2.0, dt=1e-3, solver="dopri5", rtol=1e-10, atol=1e-12,
     stabilizations=("none", "baumgarte", "projection"), stabilization="projection",
     conserved=conserves(momentum=True, energy_unless=()),
@@ -190,7 +190,7 @@ def hinged_cubes(v=None, stabilization="projection"):
     b.add_sensor(pot.Sensor("c1_px", "c1", (s / 2, 0.0, 0.0), (1.0, 0.0, 0.0), radius=g))
     b.add_sensor(pot.Sensor("c1_my", "c1", (0.0, -s / 2, 0.0), (0.0, -1.0, 0.0), radius=g))
     b.add_sensor(pot.Sensor("c2_in", "c2", (-s / 2, 0.0, 0.0), (-1.0, 0.0, 0.0), radius=g))
-    system = b.build(stabilization=stabilization, baumgarte=(20.0, 20.0))
+    system = b.build(stabilization=stabilization, baumgarte=(v["a"], v["b"]))
     params = system.default_params()
     sel = v["well"]
     inter = dict(params["interactions"])
@@ -200,12 +200,10 @@ def hinged_cubes(v=None, stabilization="projection"):
 
 
 CUBE_DEFAULTS = {"side": CUBE["side"], "mass": CUBE["mass"], "gap": CUBE["gap"], "k_t": 20.0, "k_r": 0.02,
-                 "c_t": 2.0, "c_r": 0.03, "well": 1.0}
+                 "c_t": 2.0, "c_r": 0.03, "well": 1.0, "a": 20.0, "b": 20.0}
 
 
 def cubes_problem(overrides=None):
-    from ..reconfig import JointSite, Problem
-
     v = dict(CUBE_DEFAULTS, **{k: float(x) for k, x in (overrides or {}).items()})
     # Baumgarte, not projection: simulate's projected solver snaps its dense output to the
     # projected step end, which stalls the Newton root find of real-valued events.
@@ -230,6 +228,7 @@ register(Scenario(
     t1=5.0, dt=1e-3, solver="dopri5", rtol=1e-8, atol=1e-10,
     stabilizations=("none", "baumgarte", "projection"), stabilization="projection",
     conserved=conserves(momentum=True, energy_unless=("c_t", "c_r")),
+    reconfiguration=cubes_problem,
 ))
 
 
@@ -243,7 +242,8 @@ IMAGING_SITES = ("s12", "s23", "s34")
 SITE_OPTIONS = ("free", "revolute", "fixed")  # the numeric codes 0, 1, 2 of the site parameters
 IMAGING_DEFAULTS = {"side": IMAGING["side"], "mass": IMAGING["mass"], "gap": IMAGING["gap"],
                     "n_orbit": 1.1e-3, "c_v": 0.05, "c_w": 0.01, "k_t": 2e-3, "k_r": 2e-3,
-                    "c_t": 0.2, "c_r": 0.1, "s12": 2.0, "s23": 1.0, "s34": 2.0, "em": 2.0}
+                    "c_t": 0.2, "c_r": 0.1, "s12": 2.0, "s23": 1.0, "s34": 2.0, "em": 2.0,
+                    "a": 0.05, "b": 0.05}
 #: selectable potentials (``em`` parameter / explorer choices): ambient only, or ambient plus
 #: one set of electromagnet wells.
 IMAGING_CHOICES = {"gg": (), "em-fold": ("em12", "em23_fold", "em34"), "em-wide": ("em12", "em23_wide", "em34"),
@@ -381,7 +381,7 @@ def imaging(v=None, stabilization="projection", **build_kw):
     for name in ("fold", "wide", "line"):
         tgt = cfg[{"fold": "transit", "wide": "wide", "line": "line"}[name]]
         b.add(_relative_well(f"em23_{name}", "m2", "m3", *tgt["m2"], *tgt["m3"], v))
-    system = b.build(stabilization=stabilization, **{"baumgarte": (0.05, 0.05), **build_kw})
+    system = b.build(stabilization=stabilization, **{"baumgarte": (v["a"], v["b"]), **build_kw})
     return system, imaging_select(system, system.default_params(),
                                   {site: SITE_OPTIONS[int(v[site])] for site in IMAGING_SITES},
                                   tuple(IMAGING_CHOICES)[int(v["em"])])
@@ -411,8 +411,6 @@ IMAGING_MAX_NODES = 12
 
 
 def imaging_problem(overrides=None):
-    from ..reconfig import JointSite, Problem
-
     v = dict(IMAGING_DEFAULTS, **{k: float(x) for k, x in (overrides or {}).items()})
     system, params = imaging(v, "baumgarte")
     n = v["n_orbit"]
@@ -443,14 +441,5 @@ register(Scenario(
              "em": {c: float(i) for i, c in enumerate(IMAGING_CHOICES)}},
     t1=3000.0, dt=1.0, solver="dopri5", rtol=1e-8, atol=1e-10,
     stabilizations=("none", "baumgarte", "projection"), stabilization="projection",
+    reconfiguration=imaging_problem,
 ))
-
-
-def _register_problems():
-    from ..reconfig import register_problem
-
-    register_problem("uk-hinged-cubes", cubes_problem)
-    register_problem("uk-imaging", imaging_problem)
-
-
-_register_problems()

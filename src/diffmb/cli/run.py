@@ -1,12 +1,4 @@
-"""The ``diffmb`` command line: list scenarios, run one, write npz / CSV / JSON / plots.
-
-``diffmb list``
-    The registered scenarios (name, description, paper).
-``diffmb run SCENARIO [options]``
-    Simulate a scenario with its default settings, overridden by options and
-    ``--set NAME=VALUE``. See ``diffmb run --help``.
-``diffmb synth | tune | fit | sweep SCENARIO ...``
-    The design tools (:mod:`diffmb.cli_design`).
+"""``diffmb run SCENARIO|MODEL-FILE [options]``: simulate, write npz / CSV / JSON / plots.
 
 How a run works
 ---------------
@@ -44,17 +36,14 @@ reaches only when its step size has collapsed). Exit code 0 for ``success``,
 ``suspect`` and ``event``, 1 for ``diverged``, 2 for bad input, 130 when interrupted.
 """
 
+
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import math
-import os
 import signal
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +51,15 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
-from . import __version__, cli_design, health, scenarios
-from .integrate import FIXED_SOLVERS, SOLVERS, compile_simulation, save_grid
-from . import trajectory
-from .trajectory import Trajectory, concatenate
+from .. import health, scenarios, trajectory
+from ..integrate import FIXED_SOLVERS, compile_simulation, save_grid
+from ..scenarios.origami import outlines
+from ..system import STABILIZATIONS
+from ..trajectory import Trajectory, concatenate
+from . import _common
+from ._common import (DEFAULT_OUT, UsageError, check_outputs, fail, finite, parse_sets, run_args,
+                      run_settings, scenario_args, table, write_json)
 
-DEFAULT_OUT = "out"
-STABILIZATIONS = ("none", "baumgarte", "projection")
 MAX_STEPS_PER_CHUNK = 1000
 MAX_DEFAULT_CHUNKS = 20
 ADAPTIVE_SAVE_POINTS = 1000
@@ -77,41 +68,17 @@ ADAPTIVE_SAVE_POINTS = 1000
 #: ``index`` (0-based) has been run and the partial file written.
 _after_chunk: Callable | None = None
 
-#: Set by the console script: whether a Ctrl-C arrived before the run's own handler was
-#: in place (its first Ctrl-C only sets a flag, see ``diffmb_cli``).
-_pending_interrupt: Callable = lambda: False  # noqa: E731
 
-
-class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + message
-        raise UsageError(message)
-
-
-# --------------------------------------------------------------------------- parsing
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="diffmb", description="Differentiable multibody dynamics: run the papers' cases.")
-    p.add_argument("--version", action="version", version=f"diffmb {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("list", help="list the scenarios", description="List the registered scenarios.")
+def add_parser(sub):
     r = sub.add_parser("run", help="simulate a scenario", description=(
         "Simulate a scenario (defaults from the scenario; see `diffmb list`). Writes "
         "<out>/<scenario>.npz, .csv and plots; --json writes a summary."))
-    cli_design.scenario_args(r)
+    scenario_args(r)
     r.add_argument("--closures", metavar="LOOPS.json",
                    help="with a .urdf model: a loop file (closures and the initial state)")
     r.add_argument("--key", metavar="NAME", help="with an MJCF (.xml) model: the keyframe to start from "
                    "(default: the first)")
-    r.add_argument("--t1", type=float, metavar="S", help="end time [s]")
-    r.add_argument("--dt", type=float, metavar="S",
-                   help="step [s] (fixed-step solvers) or first step (adaptive)")
-    r.add_argument("--solver", type=str.lower, choices=SOLVERS, metavar="NAME",
-                   help=f"one of {', '.join(SOLVERS)}")
-    r.add_argument("--rtol", type=float, metavar="X", help="relative tolerance (adaptive)")
-    r.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
+    run_args(r, help_dt="step [s] (fixed-step solvers) or first step (adaptive)")
     r.add_argument("--stabilization", choices=STABILIZATIONS, default=None,
                    help="constraint stabilization (scenarios with loop closures; default: the scenario's)")
     r.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
@@ -128,35 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--discard", action="store_true",
                    help="with --resume: start fresh when the partial file does not match "
                         "(it is replaced)")
-    lz = sub.add_parser("linearize", help="linearize a tensegrity scenario", description=(
-        "Linearize a tensegrity scenario about its static equilibrium (Hsu et al. sections 2.5, "
-        "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
-    cli_design.scenario_args(lz)
-    lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
-    # checked by tensegrity_linear.io_matrices (one list of names; an unknown one exits 2)
-    lz.add_argument("--inputs", default="force_densities", metavar="force_densities|forces",
-                    help="norm inputs: string/bar force densities (the paper's B_u) or node forces (B_f)")
-    lz.add_argument("--outputs", default="state", metavar="state|positions",
-                    help="norm outputs: the whole state (the paper's y = x) or node positions")
-    cli_design.add_parsers(sub)
-    rc = sub.add_parser("reconfig", help="build a reconfiguration graph (UK scenarios)", description=(
-        "Explore the reconfiguration graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV): "
-        "writes <out>/<scenario>.graphml and .png; --json writes {nodes, edges, graph_file}."))
-    cli_design.scenario_args(rc)
-    rc.add_argument("--json", type=Path, metavar="PATH", help="write the graph as JSON here")
-    rc.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
-                    help=f"output folder (default: {DEFAULT_OUT})")
-    return p
-
-
-def parse_sets(items) -> dict:
-    out = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise UsageError(f"--set {item!r}: expected NAME=VALUE")
-        out[name.strip()] = value.strip()
-    return out
 
 
 # --------------------------------------------------------------------------- resolve
@@ -193,69 +131,25 @@ class RunConfig:
                 "stabilization": self.stabilization, "chunks": self.chunks, **extra}
 
 
-def _positive(name, v):
-    if v is not None and not (math.isfinite(v) and v > 0):
-        raise UsageError(f"--{name} must be a positive number, got {v:g}")
-    return v
-
-
 def resolve(args) -> RunConfig:
     """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
     sc = scenarios.get(args.scenario, closures=getattr(args, "closures", None), key=getattr(args, "key", None))
     stabilization = args.stabilization or sc.stabilization
     system, params, values = sc.make(parse_sets(args.sets), stabilization)
-    solver = args.solver or sc.solver
-    t1 = _positive("t1", args.t1 if args.t1 is not None else sc.t1)
-    dt = _positive("dt", args.dt)
-    if dt is None and solver in FIXED_SOLVERS:
-        dt = float(sc.dt)
-    rtol = _positive("rtol", args.rtol if args.rtol is not None else sc.rtol)
-    atol = _positive("atol", args.atol if args.atol is not None else sc.atol)
-    if dt is not None and dt > t1:
-        raise UsageError(f"--dt {dt:g} s is longer than the run (--t1 {t1:g} s): one step would "
-                         f"span the whole motion; give a step well below t1")
+    st = run_settings(args, sc)
+    t1, dt, solver = st["t1"], st["dt"], st["solver"]
     if args.chunks is not None and args.chunks < 1:
         raise UsageError(f"--chunks must be at least 1, got {args.chunks}")
     check_outputs(out_dir=args.out, json_path=args.json)
     chunks = args.chunks or default_chunks(t1, dt if solver in FIXED_SOLVERS else None)
     return RunConfig(
-        name=sc.name, system=system, params=params, values=values, t1=float(t1), dt=dt,
-        solver=solver, rtol=float(rtol), atol=float(atol), stabilization=stabilization,
+        name=sc.name, system=system, params=params, values=values, t1=t1, dt=dt,
+        solver=solver, rtol=st["rtol"], atol=st["atol"], stabilization=stabilization,
         out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
         chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
         animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
         conserved=tuple(sc.conserved(values)),
     )
-
-
-def check_outputs(*, out_dir: Path | None = None, json_path: Path | None = None, files=()):
-    """Refuse, before any work, output paths that cannot be written (UsageError).
-
-    ``out_dir`` must be a folder (it is created) that accepts files; ``json_path`` and
-    every ``(flag, path)`` of ``files`` must not be a folder, and their folder must
-    accept files.
-    """
-    def writable_dir(d: Path, flag: str):
-        if d.exists() and not d.is_dir():
-            raise UsageError(f"{flag} {d}: exists and is not a folder")
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"{flag} {d}: cannot create the folder ({e.strerror or e})") from None
-        if not os.access(d, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {d}: the folder is not writable")
-
-    if out_dir is not None:
-        writable_dir(Path(out_dir), "--out")
-    for flag, path in ([("--json", json_path)] + list(files)):
-        if path is None:
-            continue
-        path = Path(path)
-        if path.is_dir():
-            raise UsageError(f"{flag} {path}: is a folder; give a file name inside it")
-        writable_dir(path.parent, flag)
-        if path.exists() and not os.access(path, os.W_OK):
-            raise UsageError(f"{flag} {path}: the file exists and is not writable")
 
 
 def default_chunks(t1: float, dt: float | None) -> int:
@@ -408,7 +302,7 @@ def _interrupts():
         yield lambda: False
         return
     try:
-        yield lambda: bool(hits) or _pending_interrupt()
+        yield lambda: bool(hits) or _common.pending_interrupt()
     finally:
         signal.signal(signal.SIGINT, old)
 
@@ -453,25 +347,7 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
         "status": json_status(traj, warnings),
         "warnings": warnings,
     }
-    return _finite(out)
-
-
-def _finite(obj):
-    """``obj`` with every non-finite float replaced by ``None`` (JSON has no NaN)."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def _write_json(path: Path, obj: dict):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    return finite(out)
 
 
 def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
@@ -482,16 +358,21 @@ def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
     cfg.partial_path.unlink(missing_ok=True)
     files.append(traj.to_csv(cfg.out / f"{cfg.name}.csv"))
     if cfg.plot:
-        from .plot import plot_trajectory
+        from ..plot import plot_trajectory  # matplotlib, loaded only when asked
 
         files += plot_trajectory(traj, cfg.out, title=cfg.name, prefix=f"{cfg.name}_", system=cfg.system)
     if cfg.animate:
-        from .origami.animate import animate_scenario
+        panels = outlines(cfg.name, cfg.values)
+        if panels is None:
+            print(f"diffmb: --animate: scenario {cfg.name!r} has no panel outlines (not origami); skipped",
+                  file=sys.stderr)
+        else:
+            from ..origami.animate import animate  # matplotlib, loaded only when asked
 
-        files += [p for p in [animate_scenario(cfg.name, cfg.values, cfg.system, traj, cfg.out)] if p]
+            files.append(animate(cfg.system, traj, panels, cfg.out / f"{cfg.name}.gif", title=cfg.name))
     obj = report(cfg, res)
     if cfg.json_path is not None:
-        _write_json(cfg.json_path, obj)
+        write_json(cfg.json_path, obj)
         files.append(cfg.json_path)
     return obj, files
 
@@ -519,30 +400,16 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
     rows += [("warning", w["message"]) for w in obj["warnings"]]
     rows.append(("files", f"{cfg.out}/: " + ", ".join(
         str(p.relative_to(cfg.out)) if p.is_relative_to(cfg.out) else str(p) for p in files)))
-    print(_table(rows, header=None))
+    print(table(rows, header=None))
 
 
-def _table(rows, header=None) -> str:
-    rows = ([header] if header else []) + [tuple(r) for r in rows]
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + str(r[-1]) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-# --------------------------------------------------------------------------- commands
-def cmd_list() -> int:
-    rows = [(s.name, s.description, s.paper) for s in sorted(scenarios.REGISTRY.values(), key=lambda s: s.name)]
-    print(_table(rows, header=("NAME", "DESCRIPTION", "PAPER")))
-    return 0
-
-
-def cmd_run(args) -> int:
+def main(args) -> int:
     try:
         cfg = resolve(args)
         start = load_partial(cfg) if cfg.resume else (None, 0)
     except (ValueError, TypeError, UsageError) as e:
-        return _fail(e)
-    if _pending_interrupt():
+        return fail(e)
+    if _common.pending_interrupt():
         raise KeyboardInterrupt
     res = run_chunks(cfg, start)
     if res.interrupted:
@@ -561,92 +428,3 @@ def cmd_run(args) -> int:
     return 1 if obj["status"] == "diverged" else 0
 
 
-def cmd_linearize(args) -> int:
-    """``diffmb linearize SCENARIO [--set k=v] [--json PATH]`` (tensegrity scenarios)."""
-    from .formulations.tensegrity import TensegritySystem
-    from .formulations.tensegrity_linear import linearize_report
-
-    try:
-        check_outputs(json_path=args.json)
-        sc = scenarios.get(args.scenario)
-        system, params, _ = sc.make(parse_sets(args.sets))
-        if not isinstance(system, TensegritySystem):
-            raise UsageError(f"scenario {sc.name!r} is not a tensegrity scenario; linearize supports "
-                             f"{', '.join(n for n in sorted(scenarios.REGISTRY) if 'tbar' in n or 'tensegrity' in n)}")
-        obj = {"scenario": sc.name, **linearize_report(system, params, inputs=args.inputs,
-                                                         outputs=args.outputs)}
-    except (ValueError, TypeError, UsageError) as e:
-        return _fail(e)
-    if args.json is not None:
-        _write_json(args.json, obj)
-    fmt = lambda v: "inf" if v is None else f"{v:.6g}"  # noqa: E731
-    rows = [("A", f"{obj['A_shape'][0]} x {obj['A_shape'][1]} (minimal order {obj['minimal_order']})"),
-            ("H2 norm", fmt(obj["h2_norm"])), ("Hinf norm", fmt(obj["hinf_norm"]))]
-    if obj.get("norms_infinite_because"):
-        rows.append(("why inf", obj["norms_infinite_because"]))
-    print(_table(rows))
-    return 0
-
-
-def cmd_reconfig(args) -> int:
-    """``diffmb reconfig SCENARIO [--set k=v] [--json PATH] [--out DIR]`` (UK scenarios)."""
-    from . import reconfig
-
-    try:
-        check_outputs(out_dir=args.out, json_path=args.json)
-        sc = scenarios.get(args.scenario)
-        overrides = sc.resolve(parse_sets(args.sets))
-        obj = reconfig.run(sc.name, out=args.out, json_path=args.json,
-                           overrides={k: overrides[k] for k in parse_sets(args.sets)})
-    except (ValueError, TypeError, UsageError) as e:
-        return _fail(e)
-    print(_table([("nodes", str(len(obj["nodes"]))), ("edges", str(len(obj["edges"]))),
-                  ("rejected", ", ".join(f"{k} {v}" for k, v in obj["rejected"].items()) or "none"),
-                  ("graph", str(obj["graph_file"]))]))
-    return 0
-
-
-def _fail(err) -> int:
-    msg = " ".join(str(err).split()) or type(err).__name__
-    print(f"diffmb: error: {msg}", file=sys.stderr)
-    return 2
-
-
-def main(argv=None) -> int:
-    """Entry point of the ``diffmb`` console script; returns the exit code (130 on Ctrl-C).
-    Warnings (a model file's notes, inertia placeholders) print as one line each."""
-    fmt = warnings.formatwarning
-    warnings.formatwarning = lambda message, *args, **kwargs: f"diffmb: warning: {message}\n"
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print("diffmb: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        warnings.formatwarning = fmt
-
-
-def _main(argv=None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as e:
-        return _fail(e)
-    except SystemExit as e:  # --help / --version
-        return e.code if isinstance(e.code, int) else 0
-    if args.command == "list":
-        return cmd_list()
-    if args.command == "run":
-        return cmd_run(args)
-    if args.command == "linearize":
-        return cmd_linearize(args)
-    if args.command == "reconfig":
-        return cmd_reconfig(args)
-    if args.command in cli_design.COMMANDS:
-        return cli_design.run(args.command, args)
-    parser.print_help(sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,192 @@
+"""What every command shares: one-line errors, ``--set`` parsing, output checks, JSON
+writing, the run-settings resolver and the scenario arguments.
+
+Bad input is a :class:`UsageError` (or a ``ValueError`` from the library) reported as one
+line on stderr with exit code 2 (:func:`fail`, :func:`one_line_errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..integrate import FIXED_SOLVERS, SOLVERS
+from ..system import STABILIZATIONS
+
+DEFAULT_OUT = "out"
+
+#: Set by the console script: whether a Ctrl-C arrived before the run's own handler was
+#: in place (its first Ctrl-C only sets a flag, see ``diffmb_cli``).
+pending_interrupt: Callable = lambda: False  # noqa: E731
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError(message)
+
+
+def fail(err) -> int:
+    """Print ``err`` as one line (``diffmb: error: ...``); exit code 2."""
+    msg = " ".join(str(err).split()) or type(err).__name__
+    print(f"diffmb: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def one_line_errors(command: Callable) -> Callable:
+    """A command whose bad input (UsageError, ValueError, TypeError, bad JSON) exits 2 with
+    one line instead of a traceback."""
+    @functools.wraps(command)
+    def guarded(args) -> int:
+        try:
+            return command(args)
+        except (ValueError, TypeError, UsageError, json.JSONDecodeError) as e:
+            return fail(e)
+    return guarded
+
+
+def parse_sets(items) -> dict:
+    """``--set NAME=VALUE`` items -> ``{name: value string}``."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--set {item!r}: expected NAME=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def names(text, flag="--params") -> list:
+    """Comma-separated names of a flag (at least one)."""
+    out = [n.strip() for n in (text or "").split(",") if n.strip()]
+    if not out:
+        raise UsageError(f"{flag}: give at least one parameter name")
+    return out
+
+
+def positive(name, v):
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise UsageError(f"--{name} must be a positive number, got {v:g}")
+    return v
+
+
+def run_settings(args, sc) -> dict:
+    """``t1, dt, solver, rtol, atol`` of a command: its options over the scenario's defaults
+    (the one place they are resolved; ``dt`` is ``None`` for adaptive solvers unless given)."""
+    solver = args.solver or sc.solver
+    t1 = positive("t1", args.t1 if args.t1 is not None else sc.t1)
+    dt = positive("dt", args.dt)
+    if dt is None and solver in FIXED_SOLVERS:
+        dt = float(sc.dt)
+    if dt is not None and dt > t1:
+        raise UsageError(f"--dt {dt:g} s is longer than the run (--t1 {t1:g} s): one step would "
+                         f"span the whole motion; give a step well below t1")
+    return dict(t1=float(t1), dt=dt, solver=solver,
+                rtol=float(positive("rtol", args.rtol if args.rtol is not None else sc.rtol)),
+                atol=float(positive("atol", args.atol if args.atol is not None else sc.atol)))
+
+
+def check_outputs(*, out_dir: Path | None = None, json_path: Path | None = None, files=()):
+    """Refuse, before any work, output paths that cannot be written (UsageError).
+
+    ``out_dir`` must be a folder (it is created) that accepts files; ``json_path`` and
+    every ``(flag, path)`` of ``files`` must not be a folder, and their folder must
+    accept files.
+    """
+    def writable_dir(d: Path, flag: str):
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"{flag} {d}: exists and is not a folder")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{flag} {d}: cannot create the folder ({e.strerror or e})") from None
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {d}: the folder is not writable")
+
+    if out_dir is not None:
+        writable_dir(Path(out_dir), "--out")
+    for flag, path in ([("--json", json_path)] + list(files)):
+        if path is None:
+            continue
+        path = Path(path)
+        if path.is_dir():
+            raise UsageError(f"{flag} {path}: is a folder; give a file name inside it")
+        writable_dir(path.parent, flag)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path}: the file exists and is not writable")
+
+
+def finite(obj):
+    """``obj`` with every non-finite float replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(path: Path, obj: dict):
+    """Strict JSON (non-finite numbers as ``null``), written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(finite(obj), indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def table(rows, header=None) -> str:
+    rows = ([header] if header else []) + [tuple(r) for r in rows]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + str(r[-1]) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def scenario_args(p):
+    """The positional ``SCENARIO`` and the repeatable ``--set NAME=VALUE`` every command takes."""
+    p.add_argument("scenario", metavar="SCENARIO")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
+                   help="override a scenario parameter (repeatable)")
+
+
+def run_args(p, *, help_dt="fixed step [s]"):
+    """``--t1 --dt --solver --rtol --atol``."""
+    p.add_argument("--t1", type=float, metavar="S", help="end time [s] (default: the scenario's)")
+    p.add_argument("--dt", type=float, metavar="S", help=help_dt)
+    p.add_argument("--solver", type=str.lower, choices=SOLVERS, metavar="NAME",
+                   help=f"one of {', '.join(SOLVERS)}")
+    p.add_argument("--rtol", type=float, metavar="X", help="relative tolerance (adaptive)")
+    p.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
+
+
+def design_args(p, *, run=True):
+    """What the design commands (synth, tune, fit, sweep) share."""
+    scenario_args(p)
+    p.add_argument("--stabilization", choices=STABILIZATIONS, default=None)
+    if run:
+        run_args(p)
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def emit(args, obj, lines):
+    """Write ``obj`` to ``--json`` and print ``lines`` (unless ``--quiet``)."""
+    if args.json is not None:
+        write_json(args.json, obj)
+    if not args.quiet:
+        print("\n".join(lines))
+
+
+def system_of(sc, args):
+    """The scenario's System for the command's ``--set`` values and stabilization."""
+    system, _, _ = sc.make(parse_sets(args.sets), args.stabilization)
+    return system
