@@ -63,16 +63,14 @@ def default_chunk(devices) -> int:
 def _metrics(tr, flat_tol):
     valid = jnp.isfinite(tr.ts)
     out = {"status": tr.status_code, "t_final": tr.t_final}
-    names = tr.coordinate_names
-    hinge = np.array([i for i, n in enumerate(names) if n.startswith("theta")], dtype=int)
+    hinge = tr.role_columns("hinge")
     if hinge.size:
         flat = valid & jnp.all(jnp.abs(tr.xs[:, hinge]) <= flat_tol, axis=1)
         first = jnp.argmax(flat)
         out["time_to_flat"] = jnp.where(jnp.any(flat), tr.ts[first], jnp.nan)
-    hub = [i for i, n in enumerate(names) if n.endswith("sigma1")]
-    if hub:
-        i = len(names) + hub[0]
-        w = jnp.where(valid[:, None], tr.xs[:, i:i + 3], 0.0)
+    hub = tr.role_columns("hub_rate")
+    if hub.size:
+        w = jnp.where(valid[:, None], tr.xs[:, hub], 0.0)
         out["peak_hub_rate"] = jnp.sqrt(jnp.max(jnp.sum(w * w, -1)))
     if "position" in tr.violation:
         out["max_violation"] = jnp.max(jnp.where(valid, jnp.abs(tr.violation["position"]), 0.0))

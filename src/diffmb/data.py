@@ -172,11 +172,9 @@ def write_data(path, data: Data, system=None):
 
 
 def default_columns(system) -> tuple:
-    """Columns a synthetic record holds by default: the hinge angles (names starting
-    ``theta``) when there are any, else every coordinate."""
-    names = tuple(system.coordinate_names)
-    hinge = tuple(n for n in names if n.startswith("theta"))
-    return hinge or names
+    """Columns a synthetic record holds by default: the hinge angles the system declares
+    (its ``coordinate_roles``) when there are any, else every coordinate."""
+    return system.coordinate_roles.get("hinge") or tuple(system.coordinate_names)
 
 
 def sample_times(t1: float, samples: int) -> np.ndarray:

@@ -447,4 +447,5 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         state_names=tuple(system.state_names),
         coordinate_names=tuple(system.coordinate_names),
         solver=run.solver,
+        roles=tuple(system.coordinate_roles.items()),
     )

@@ -83,6 +83,14 @@ class System(eqx.Module):
     def coordinate_names(self) -> tuple:
         return self.state_names
 
+    @property
+    def coordinate_roles(self) -> dict:
+        """Roles the design tools read (time to flat, deployment loss, default data
+        columns, peak hub rate), declared by the system's builder rather than guessed
+        from names: ``{"hinge": coordinate names of the hinge angles, "hub_rate": the three
+        state names of the hub's body angular rate}``; a role not declared is absent."""
+        return {k: tuple(v) for k, v in (getattr(self, "roles", None) or ())}
+
     def violation(self, x, params) -> dict:
         """Constraint violation ``{"position": ..., "velocity": ...}``; empty when unconstrained."""
         return {}
@@ -102,6 +110,29 @@ class System(eqx.Module):
 #: ``projection`` corrects positions and velocities onto the constraint manifold after
 #: each step (the tensegrity formulation's direct correction).
 STABILIZATIONS = ("none", "baumgarte", "projection")
+
+
+#: The coordinate roles a System may declare (see :attr:`System.coordinate_roles`).
+ROLES = ("hinge", "hub_rate")
+
+
+def declare_roles(system, roles) -> tuple:
+    """``roles`` (a dict, see :attr:`System.coordinate_roles`) checked against the
+    system's names, as the hashable tuple a System stores."""
+    out = []
+    for role, names in (roles or {}).items():
+        if role not in ROLES:
+            raise ValueError(f"roles: unknown role {role!r}; expected one of {list(ROLES)}")
+        names = tuple(names)
+        known = system.coordinate_names if role == "hinge" else system.state_names
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise ValueError(f"roles: {role} names {missing} are not in the system's "
+                             f"{'coordinate' if role == 'hinge' else 'state'} names")
+        if role == "hub_rate" and len(names) != 3:
+            raise ValueError(f"roles: hub_rate takes three state names, got {names}")
+        out.append((role, names))
+    return tuple(out)
 
 
 def check_stabilization(name, allowed=STABILIZATIONS) -> str:
@@ -138,12 +169,13 @@ class TreeSystem(System):
     tau_fn: Callable | None = eqx.field(static=True, default=None)
     potential_fn: Callable | None = eqx.field(static=True, default=None)
     stabilization: str = eqx.field(static=True, default="none")
+    roles: tuple = eqx.field(static=True, default=())
     projection_iterations: int = eqx.field(static=True, default=3)
     dynamics: str = eqx.field(static=True, default="auto")
 
     def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
                  closures=None, stabilization="none", baumgarte=(0.0, 0.0),
-                 projection_iterations=3, dynamics="auto", potential_fn=None):
+                 projection_iterations=3, dynamics="auto", potential_fn=None, roles=None):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -165,6 +197,7 @@ class TreeSystem(System):
         if dynamics not in ("auto", "aba", "dense"):
             raise ValueError(f"dynamics: expected auto, aba or dense, got {dynamics!r}")
         self.dynamics = dynamics
+        self.roles = declare_roles(self, roles)
 
     def default_params(self):
         p = {"model": self.model, "q0": self.q0, "qd0": self.qd0, "forcing": self.forcing}

@@ -46,8 +46,15 @@ class Trajectory(eqx.Module):
     state_names: tuple = eqx.field(static=True)
     coordinate_names: tuple = eqx.field(static=True)
     solver: str = eqx.field(static=True)
+    #: the system's declared coordinate roles, ``((role, names), ...)``
+    roles: tuple = eqx.field(static=True, default=())
 
     # ---------------------------------------------------------------- plain Python
+    def role_columns(self, role: str) -> np.ndarray:
+        """Columns of ``xs`` holding a declared role (empty when it is not declared)."""
+        names = dict(self.roles).get(role, ())
+        return np.array([self.state_names.index(n) for n in names], dtype=int)
+
     @property
     def status(self) -> str:
         """``"success"``, ``"event"``, ``"diverged"`` or ``"max_steps"``."""
@@ -145,6 +152,7 @@ class Trajectory(eqx.Module):
             "status": self.status,
             "state_names": list(self.state_names),
             "coordinate_names": list(self.coordinate_names),
+            "roles": {k: list(v) for k, v in self.roles},
             **(meta or {}),
         }
         arrays = {
@@ -191,6 +199,7 @@ class Trajectory(eqx.Module):
             state_names=tuple(meta["state_names"]),
             coordinate_names=tuple(meta["coordinate_names"]),
             solver=meta["solver"],
+            roles=tuple((k, tuple(v)) for k, v in meta.get("roles", {}).items()),
         )
         return traj, meta
 

@@ -79,27 +79,26 @@ def violation_loss(tr, params, *, w_velocity=1.0, w_energy=0.0, w_momentum=0.0):
     return out
 
 
-def hinge_indices(names) -> np.ndarray:
-    """Coordinates that count as hinges for deployment metrics: names starting ``theta``."""
-    idx = [i for i, n in enumerate(names) if n.startswith("theta")]
-    if not idx:
-        raise ValueError("no hinge coordinates (names starting with 'theta') in this system")
-    return np.asarray(idx)
+def hinge_columns(tr) -> np.ndarray:
+    """Columns of the hinge angles the system declares (its ``coordinate_roles``)."""
+    idx = tr.role_columns("hinge")
+    if not idx.size:
+        raise ValueError("the deploy loss needs hinge angles, and this system declares none "
+                         "(coordinate role 'hinge': the origami scenarios and pendulums declare them)")
+    return idx
 
 
 def deploy_loss(tr, params, *, rate_bound=0.05, w_rate=100.0):
     """Distance from flat integrated over the run plus a penalty on the peak hub rate."""
     valid = jnp.isfinite(tr.ts)
     ts = jnp.where(valid, tr.ts, 0.0)
-    idx = hinge_indices(tr.coordinate_names)
+    idx = hinge_columns(tr)
     th = jnp.where(valid[:, None], tr.xs[:, idx], 0.0)
     T = jnp.max(ts) - ts[0]
     out = _trapezoid(jnp.sum(th**2, -1), ts, valid) / jnp.maximum(T, 1e-12)
-    names = tr.coordinate_names
-    hub = [i for i, n in enumerate(names) if n.endswith("sigma1")]
-    if hub:  # free-flying root: its body rates follow the coordinates in the state
-        i = len(names) + hub[0]
-        w = jnp.where(valid[:, None], tr.xs[:, i:i + 3], 0.0)
+    hub = tr.role_columns("hub_rate")
+    if hub.size:  # free-flying hub: its body angular rate
+        w = jnp.where(valid[:, None], tr.xs[:, hub], 0.0)
         peak = jnp.sqrt(jnp.max(jnp.sum(w**2, -1)) + 1e-30)
         out = out + w_rate * jax.nn.relu(peak - rate_bound) ** 2
     return out

@@ -232,10 +232,14 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     closures = make_closures(model, q0, pairs) if pairs else None
     if closures is None:
         stabilization = "none"
+    roles = {"hinge": tuple(hinge_names)}
+    if model.floating_base:  # the hub: the free root's body angular rate
+        s, _ = model.body_slices[0]
+        roles["hub_rate"] = model.velocity_names[s:s + 3]
     system = TreeSystem(model, q0, np.zeros_like(q0), closures=closures,
                         stabilization=stabilization, baumgarte=baumgarte, tau_fn=tau_fn,
                         forcing=forcing, projection_iterations=projection_iterations,
-                        potential_fn=potential_fn)
+                        potential_fn=potential_fn, roles=roles)
     outlines = tuple(
         (name, tuple(tuple(float(c) for c in v) for v in np.asarray(panels[name].vertices, float) - origin[name]))
         for name in tp.nodes

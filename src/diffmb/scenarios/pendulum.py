@@ -36,13 +36,14 @@ def chain_model(lengths, masses, g: float, damping: float = 0.0, names=None):
 
 def _pendulum(v, stabilization):
     model = chain_model([v["l"]], [v["m"]], v["g"], v["damping"], names=["theta"])
-    system = TreeSystem(model, q0=[v["theta0"]], qd0=[v["omega0"]])
+    system = TreeSystem(model, q0=[v["theta0"]], qd0=[v["omega0"]], roles={"hinge": ("theta",)})
     return system, system.default_params()
 
 
 def _double(v, stabilization):
     model = chain_model([v["l1"], v["l2"]], [v["m1"], v["m2"]], v["g"], v["damping"])
-    system = TreeSystem(model, q0=[v["theta1_0"], v["theta2_0"]], qd0=[v["omega1_0"], v["omega2_0"]])
+    system = TreeSystem(model, q0=[v["theta1_0"], v["theta2_0"]], qd0=[v["omega1_0"], v["omega2_0"]],
+                        roles={"hinge": ("theta1", "theta2")})
     return system, system.default_params()
 
 

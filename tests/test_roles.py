@@ -1,0 +1,54 @@
+"""Coordinate roles: the design tools read what a system declares (hinge angles, the
+hub's angular rate), never name patterns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import diffmb
+from diffmb import scenarios
+from diffmb.batch import sweep
+from diffmb.data import default_columns
+from diffmb.scenarios.pendulum import chain_model
+from diffmb.trajectory import Trajectory
+
+
+def _chain(names, roles=None):
+    model = chain_model([1.0, 0.8], [1.0, 0.5], 9.81, 0.0, names=names)
+    return diffmb.TreeSystem(model, q0=[0.3, -0.2], roles=roles)
+
+
+def test_origami_declares_its_hinges_and_hub():
+    system, _, _ = scenarios.get("fold-4panel").make({})
+    roles = system.coordinate_roles
+    assert roles["hinge"] == ("theta_j", "theta_m", "theta_l")
+    assert roles["hub_rate"] == ("r_free_wx", "r_free_wy", "r_free_wz")
+    assert default_columns(system) == roles["hinge"]
+
+
+def test_metrics_follow_declared_roles_not_names():
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    named = _chain(["theta_a", "theta_b"])                       # hinge-like names, nothing declared
+    declared = _chain(["shoulder", "elbow"], roles={"hinge": ("shoulder", "elbow")})
+    assert named.coordinate_roles == {} and default_columns(named) == ("theta_a", "theta_b")
+    for system, has in ((named, False), (declared, True)):
+        p = system.default_params()
+        batch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (2,) + x.shape) if eqx.is_array(x) else x, p)
+        res = sweep(system, batch, t1=0.05, dt=1e-2)
+        assert ("time_to_flat" in res.rows()[0]) is has
+
+
+def test_roles_are_checked_and_saved(tmp_path):
+    with pytest.raises(ValueError, match="hinge names \\['knee'\\] are not in the system's coordinate names"):
+        _chain(["hip", "ankle"], roles={"hinge": ("knee",)})
+    with pytest.raises(ValueError, match="unknown role 'hub'"):
+        _chain(["hip", "ankle"], roles={"hub": ("hip",)})
+    system = _chain(["hip", "ankle"], roles={"hinge": ("ankle",)})
+    tr = diffmb.simulate(system, t1=0.05, dt=1e-2)
+    np.testing.assert_array_equal(tr.role_columns("hinge"), [1])
+    back, _ = Trajectory.load(tr.save(tmp_path / "t.npz"))
+    assert back.roles == (("hinge", ("ankle",)),) and back.role_columns("hub_rate").size == 0
