@@ -4,11 +4,14 @@ Every formulation in diffmb compiles down to a :class:`System`:
 
 ``default_params()``          the numeric parameters, a pytree (differentiable, vmappable);
 ``init_state(params)``        the initial state ``x0`` (a flat float array);
-``vector_field(t, x, params)``  ``dx/dt``, the equations of motion;
+``state_derivative(t, x, params)``
+                              ``dx/dt``, the equations of motion (what a formulation
+                              writes; ``vector_field`` calls it through one inner jit);
 ``project(x, params)``        post-step manifold correction (identity by default);
 ``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
 ``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
 ``coordinate_names``          the position-level subset of ``state_names``;
+``coordinate_roles``          the hinge angles and hub rate the design tools read;
 ``jump_times(params)``        times where ``vector_field`` jumps (discontinuous forcing), or
                               ``None``: adaptive solvers step exactly to them.
 
@@ -58,9 +61,15 @@ class System(eqx.Module):
     def init_state(self, params):
         """Initial state ``x0`` as a flat array."""
 
-    @abc.abstractmethod
     def vector_field(self, t, x, params):
-        """``dx/dt``."""
+        """``dx/dt``: :meth:`state_derivative` through one inner jit per structure. Solvers trace
+        the vector field several times (stage loop, checkpointing, dense output); the jit
+        traces the dynamics once, so every formulation compiles its equations once."""
+        return _jitted_state_derivative(self, t, x, params)
+
+    def state_derivative(self, t, x, params):
+        """``dx/dt``, the equations of motion: what a formulation implements."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither state_derivative nor vector_field")
 
     def project(self, x, params):
         """Post-step correction onto the state manifold; identity unless overridden."""
@@ -241,12 +250,7 @@ class TreeSystem(System):
         qdd, lam = cs.constrained_dynamics(model, ws, tau, nodes, gains)
         return qdd, lam.reshape(-1)[np.asarray(nodes.rows)]
 
-    def vector_field(self, t, x, params):
-        # Solvers trace the vector field several times (stage loop, checkpointing, dense
-        # output); an inner jit traces the tree algorithms once per structure.
-        return _tree_vector_field(self, t, x, params)
-
-    def _vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         q, qd = self.split(x)
         qdd, _ = self.accelerations(t, x, params)
         return jnp.concatenate([tree.coordinate_rates(params["model"], q, qd), qdd])
@@ -332,8 +336,8 @@ class TreeSystem(System):
 
 
 @eqx.filter_jit
-def _tree_vector_field(system, t, x, params):
-    return system._vector_field(t, x, params)
+def _jitted_state_derivative(system, t, x, params):
+    return system.state_derivative(t, x, params)
 
 
 def _restore_momentum(model, q, qd, target):

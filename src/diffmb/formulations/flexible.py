@@ -694,11 +694,7 @@ class FlexibleSystem(System):
             out += self._subtree(c)
         return out
 
-    def vector_field(self, t, x, params):
-        # diffrax traces the vector field several times; the inner jit traces it once.
-        return _flex_vector_field(self, t, x, params)
-
-    def _vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         ud, _, xdot = self.solve(t, x, params)
         parts = [xdot, ud]
         if self.has_clock:
@@ -754,11 +750,6 @@ class FlexibleSystem(System):
         if self.has_clock:
             out["load"] = self.solve(t, x, params)[1]
         return out
-
-
-@eqx.filter_jit
-def _flex_vector_field(system, t, x, params):
-    return system._vector_field(t, x, params)
 
 
 # ============================================================================ builder

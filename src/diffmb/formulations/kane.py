@@ -573,11 +573,8 @@ class CutJointSystem(System):
         P = len(self.cuts.cuts)
         return jnp.zeros(6 * P, lam.dtype).at[np.asarray(self.kept_rows)].set(lam).reshape(P, 6)
 
-    def vector_field(self, t, x, params):
-        return _cut_vector_field(self, x, params)
-
-    def _vector_field(self, x, params):
-        q, u, t = self.split(x)
+    def state_derivative(self, t, x, params):
+        q, u, t = self.split(x)   # the clock is part of the state
         udot = self.accelerations(t, q, u, params)[0]
         parts = [self.rates(q, u, params), udot]
         if self.clock:
@@ -657,12 +654,6 @@ class CutJointSystem(System):
         if self.outputs_fn is not None:
             out.update(self.outputs_fn(t, q, u, params["forcing"]))
         return out
-
-
-@eqx.filter_jit
-def _cut_vector_field(system, x, params):
-    # Solvers trace the vector field several times; the inner jit traces it once.
-    return system._vector_field(x, params)
 
 
 class KaneSystem(CutJointSystem):

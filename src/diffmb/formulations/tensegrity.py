@@ -750,7 +750,7 @@ class TensegritySystem(System):
         xi2 = jax.jvp(lambda x: jax.jvp(Rb_fn, (x,), (qd,))[1], (q,), (qd,))[1]
         return Rb, xi2
 
-    def vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         q, qd, _ = self.split(x)
         qdd, _ = self.accelerations(t, q, qd, params)
         wdot = jnp.dot(self.nonconservative_force(t, q, qd, params), qd)  # eq. 37

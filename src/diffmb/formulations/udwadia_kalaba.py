@@ -733,10 +733,7 @@ class UKSystem(System):
         lhs = jnp.concatenate([P @ M, A])
         return (jnp.linalg.pinv(lhs) @ jnp.concatenate([F, b])).reshape(self.n, 7)
 
-    def vector_field(self, t, x, params):
-        return _uk_vector_field(self, t, x, params)
-
-    def _vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         X, V = self.split(x)
         acc, _ = self.accelerations(t, X, V, params)
         return jnp.concatenate([V.reshape(-1), acc.reshape(-1)])
@@ -902,11 +899,6 @@ class UKSystem(System):
         h = np.asarray(self._pair_gap(jnp.asarray(x), params, ia, ib, align_tol))
         rad = np.asarray(params["sensors"]["radius"])[ia] + np.asarray(params["sensors"]["radius"])[ib]
         return h <= 1e-6 * rad
-
-
-@eqx.filter_jit
-def _uk_vector_field(system, t, x, params):
-    return system._vector_field(t, x, params)
 
 
 @eqx.filter_jit

@@ -137,7 +137,7 @@ class TBarMinimal(System):
         n4 = jnp.stack([c - l * jnp.cos(th2), l * jnp.sin(th2)])
         return n3, n4
 
-    def vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         th1, th2, w1, w2 = x[0], x[1], x[2], x[3]
         l, c = self.l, self.c
         n3, n4 = self.nodes(th1, th2)
