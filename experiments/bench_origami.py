@@ -70,8 +70,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import diffmb  # noqa: F401
-    from diffmb.origami import build, fold_2x4, fold_4panel, map_fold
-    from diffmb.origami.patterns import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA
+    from diffmb.origami import build, map_fold
+    from diffmb.scenarios.origami import fold_2x4, fold_4panel
+    from diffmb.scenarios.origami import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA
 
     sizes = args.sizes or ([2, 3] if args.quick else list(range(2, 11)))
     rows = []

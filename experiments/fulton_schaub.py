@@ -225,7 +225,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import diffmb  # noqa: F401  (x64, XLA flags)
-    from diffmb.origami import build, fold_2x4, fold_3x3, fold_4panel
+    from diffmb.origami import build
+    from diffmb.scenarios.origami import fold_2x4, fold_3x3, fold_4panel
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

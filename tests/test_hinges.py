@@ -16,7 +16,7 @@ from diffmb import cli
 from diffmb.integrate import simulate
 from diffmb.origami import build, map_fold
 from diffmb.origami import hinges as H
-from diffmb.origami.patterns import PAPER_PANEL_INERTIA
+from diffmb.scenarios.origami import PAPER_PANEL_INERTIA
 
 TAPE = dict(K_flat=1.0, M_peak=0.3, M_plateau=0.1, M_peak_neg=0.6, M_plateau_neg=0.05)
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from diffmb import simulate
-from diffmb.origami import build, fold_2x4, fold_3x3, fold_4panel, map_fold
+from diffmb.origami import build, map_fold
+from diffmb.scenarios.origami import fold_2x4, fold_3x3, fold_4panel
 
 
 @pytest.mark.parametrize("rows,cols", [(2, 2), (4, 2), (3, 3), (2, 4), (4, 4)])

@@ -2,7 +2,9 @@
 
 ``fold-4panel`` (section 4.2), ``fold-2x4`` (section 4.3.1), ``fold-3x3`` (Fig. 13, the
 case the paper could not run) and ``map-fold`` (any rows x cols). Geometry, frames and
-fold signs: :mod:`diffmb.origami.pattern` and :mod:`diffmb.origami.patterns`.
+fold signs: :mod:`diffmb.origami.pattern` and :mod:`diffmb.origami.patterns`; the paper's
+numbers (panel and hub inertias, Tables 1 and 5) and its grids (:func:`fold_4panel`,
+:func:`fold_2x4`, :func:`fold_3x3`) are here.
 
 Hinge models (:mod:`diffmb.origami.hinges`), all ``--set`` numbers; the defaults reproduce
 the paper (linear springs, no stops):
@@ -30,15 +32,54 @@ from __future__ import annotations
 import math
 import os
 
-from ..origami import build, fold_2x4, fold_3x3, fold_4panel, map_fold
-from ..origami.hinges import hinge_indices, make_hinges
+import numpy as np
+
+from ..origami import build, map_fold
 from ..origami.fold import load_fold
-from ..origami.patterns import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA, miura, scheel
+from ..origami.hinges import hinge_indices, make_hinges
+from ..origami.pattern import CreasePattern
+from ..origami.patterns import miura, scheel
 from . import Scenario, get, register
 from .files import existing
 
 PAPER = "Fulton & Schaub, Acta Astronautica 2021"
 STABS = ("none", "baumgarte", "projection")
+
+# Table 1 / Table 5 of Fulton & Schaub: a 2 m panel of 1 kg. The tabulated inertia is that
+# of a 2 m x 0.1 m x 0.1 m bar, not of a plate; the scenarios keep the paper's numbers.
+PAPER_PANEL_INERTIA = np.diag([0.3342, 0.3342, 0.0017])
+PAPER_HUB_INERTIA = np.diag([66.7, 66.7, 66.7])
+
+
+def fold_4panel(k: float = 0.1, damping: float = 0.0) -> CreasePattern:
+    """Section 4.2, Tables 1-4: four 1 kg, 2 m panels; root ``r``; cut between ``l``, ``m``.
+
+    Layout (flat): ``l m`` over ``j r``. The paper's Table 4 folds ``m`` and ``l`` to
+    ``-pi`` and ``j`` to ``+pi`` — here the horizontal creases (``r-m``, ``j-l``) are
+    ``-pi`` and the vertical crease ``r-j`` is ``+pi``, which is the same folded map.
+    """
+    names = [["j", "r"], ["l", "m"]]
+    return map_fold(2, 2, panel_inertia=PAPER_PANEL_INERTIA, hub_inertia=PAPER_PANEL_INERTIA,
+                    k_row=k, k_col=k, damping=damping, names=names, row_sign=-1.0, col_sign=1.0)
+
+
+def fold_2x4(k: float = 0.01, k7: float = 0.03, hub_mass: float = 100.0, damping: float = 0.0) -> CreasePattern:
+    """Section 4.3.1, Tables 5-8: the 2 x 4 map (panels 1-7 and the 100 kg hub ``r``).
+
+    Two chains (``7 5 3 1`` hanging from ``r`` through the vertical crease ``r-7``, and
+    ``6 4 2``); cut creases 1-2, 3-4, 5-6 (eq. 20: n_p = 3). Mountain folds 1, 2, 5, 6, 7 at
+    ``+pi``, valley folds 3, 4 at ``-pi`` (Table 8). ``K = 0.01`` N m/rad, ``0.03`` for 7.
+    """
+    return map_fold(4, 2, panel_mass=1.0, hub_mass=hub_mass, panel_inertia=PAPER_PANEL_INERTIA,
+                    hub_inertia=PAPER_HUB_INERTIA, k_row=k, k_col=k7, damping=damping,
+                    row_sign=1.0, col_sign=1.0)
+
+
+def fold_3x3(k: float = 0.01, k_col: float = 0.03, hub_mass: float = 100.0, damping: float = 0.0) -> CreasePattern:
+    """The three-chain 3 x 3 map of Fig. 13 with all four closures (1-2, 2-3, 4-5, 5-6);
+    panels 2 and 5 each carry two closure pairs — the case the paper could not run."""
+    return map_fold(3, 3, panel_mass=1.0, hub_mass=hub_mass, panel_inertia=PAPER_PANEL_INERTIA,
+                    hub_inertia=PAPER_HUB_INERTIA, k_row=k, k_col=k_col, damping=damping)
 
 
 def _gains(v):
