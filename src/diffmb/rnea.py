@@ -10,7 +10,6 @@ onto the joint axes: ``tau_j = s_j^T F_{b(j)}`` (Fulton & Schaub eqs. 8-10).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from . import spatial as sp
