@@ -20,7 +20,8 @@ import pytest
 import diffmb
 from diffmb import constraints as cs
 from diffmb.closed_chain import closed_system
-from diffmb.closures import coupling, loop_closures, position_residual
+from diffmb.closures import loop_closures, position_residual
+from diffmb.couplings import coupling
 from diffmb.mjcf import to_mjcf
 from diffmb.mjcf_import import load_mjcf
 from diffmb.urdf import mimic_closures

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import closures as cl
+from .couplings import coupling
 from .kinematics import kinematics
 from .model import Model
 from .system import TreeSystem
@@ -207,7 +208,7 @@ def _coupling(model: Model, spec, name, what) -> dict:
         coef = np.array([_number(spec, "offset", what, 0.0), _number(spec, "ratio", what, 1.0)])
     if x == y:
         raise ValueError(f"{what}: joint {spec['joint']!r} cannot be coupled to itself")
-    return cl.coupling(name, y, x, coef if x is not None else coef[:1])
+    return coupling(name, y, x, coef if x is not None else coef[:1])
 
 
 def _joint_columns(model: Model, names, what):

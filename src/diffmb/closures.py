@@ -24,12 +24,8 @@ is differentiated through the kinematics:
   free axis ``f`` the misalignment of B's ``f`` axis in A's axes (whose rates are the
   constrained components of ``omega_B - omega_A``, so Gauss-Newton on it is consistent).
 
-A *coordinate coupling* is a one-row closure between two scalar joints (MuJoCo's joint
-equality, a URDF ``<mimic>``, a gear): ``q_y = p(q_x) = a0 + a1 q_x + ... + a4 q_x^4``
-(``q_y = a0`` without ``q_x``), held in the same pairs, rows and blocks as the node pairs
-(its row is labelled ``q``): residual ``q_y - p(q_x)``, Jacobian row ``e_y - p'(q_x)
-e_x`` on the loop ``(y, x)``, velocity product ``-p''(q_x) qd_x^2``. Its coefficients are
-arrays, so a gear ratio is a differentiable parameter.
+Coordinate couplings (:mod:`diffmb.couplings`: a MuJoCo joint equality, a URDF
+``<mimic>``, a gear) are one-row pairs held in the same pairs, rows and blocks.
 
 Measuring both bodies' velocities at the same point makes ``w`` differ from the time
 derivative of the position residual only by terms of second order in the violation (and
@@ -47,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import couplings as cp
 from . import spatial as sp
 from .kinematics import kinematics, point_frames
 from .layout import layout
@@ -72,17 +69,13 @@ class Closure:
     body_a: int
     body_b: int
     rows: tuple
-    #: a coordinate coupling's coordinates ``(y,)`` or ``(y, x)``; empty for node pairs
+    #: a coordinate coupling's coordinates ``(y,)`` or ``(y, x)`` (:mod:`diffmb.couplings`);
+    #: empty for node pairs
     coords: tuple = ()
 
     @property
     def free_rotations(self) -> tuple:
         return tuple(i for i in range(3) if i not in self.rows)
-
-
-#: The one row of a coordinate coupling, and its label.
-COUPLING_ROWS = (0,)
-COUPLING_LABEL = "q"
 
 
 def closure_rows(kind: str, axis: int = 0) -> tuple:
@@ -104,7 +97,7 @@ def row_index(closures) -> np.ndarray:
 
 
 def row_labels(closures) -> list:
-    return [f"{c.name}:{COUPLING_LABEL if c.coords else ROW_NAMES[r]}" for c in closures for r in c.rows]
+    return [f"{c.name}:{cp.COUPLING_LABEL if c.coords else ROW_NAMES[r]}" for c in closures for r in c.rows]
 
 
 def row_mask(closures) -> np.ndarray:
@@ -246,43 +239,6 @@ def _frames(ws, idx, rot, pos):
     return sp.mm(rot, E), p + sp.mtv(E, pos)
 
 
-# ------------------------------------------------------------ coordinate couplings
-
-
-def _couplings(nodes):
-    """Static ``(ids, y, x)``: the coupling pairs and their coordinates (``x = -1``: none)."""
-    ids = [k for k, c in enumerate(nodes.closures) if c.coords]
-    y = [nodes.closures[k].coords[0] for k in ids]
-    x = [nodes.closures[k].coords[1] if len(nodes.closures[k].coords) > 1 else -1 for k in ids]
-    return np.array(ids, np.int32), np.array(y, np.int32), np.array(x, np.int32)
-
-
-def _poly(nodes, ids, x, qx):
-    """``p, p', p''`` of the couplings ``ids`` at ``qx`` (zero where there is no ``x``)."""
-    a = nodes.coef[ids]
-    has_x = jnp.asarray(x >= 0, qx.dtype)
-    z = qx * has_x
-    powers = jnp.stack([z**k for k in range(5)], -1)
-    p = jnp.sum(a * powers, -1)
-    dp = jnp.sum(a[:, 1:] * powers[:, :4] * jnp.arange(1, 5, dtype=qx.dtype)[None, :], -1) * has_x
-    ddp = jnp.sum(a[:, 2:] * powers[:, :3] * jnp.asarray([[2.0, 6.0, 12.0]], qx.dtype), -1) * has_x
-    return p, dp, ddp
-
-
-def _coupled(ws, nodes, out, value):
-    """``out (P, 6)`` with each coupling's row set to ``value(y, x, ids)`` (C,)."""
-    ids, y, x = _couplings(nodes)
-    if not ids.size:
-        return out
-    if ws.q is None:
-        raise ValueError("coordinate couplings need the state in the workspace: kinematics(model, q, qd)")
-    return out.at[ids, COUPLING_ROWS[0]].set(value(y, x, ids))
-
-
-def _x_values(a, x):
-    return a[np.maximum(x, 0)]
-
-
 # ---------------------------------------------------------------- node kinematics
 
 
@@ -316,8 +272,7 @@ def residual(ws, nodes):
     eg, eh = (jnp.asarray(np.eye(3)[i], C.dtype) for i in (g, h))
     ang_hinge = -fb_h * eg + fb_g * eh
     ang = jnp.where(hinge[:, None], ang_hinge, _vee_error(C))
-    out = jnp.concatenate([ang, lin], -1)
-    return _coupled(ws, nodes, out, lambda y, x, ids: ws.q[y] - _poly(nodes, ids, x, _x_values(ws.q, x))[0])
+    return cp.with_residual(ws, nodes, jnp.concatenate([ang, lin], -1))
 
 
 def _to_node_a(ws, nodes, m):
@@ -330,12 +285,7 @@ def _to_node_a(ws, nodes, m):
 def velocity(ws, nodes):
     """``w (P, 6)``: body B's velocity relative to body A at node A, node A's axes."""
     ia, ib = _bodies(nodes)
-    out = _to_node_a(ws, nodes, _motion(ws.vel, ib) - _motion(ws.vel, ia))[0]
-
-    def rate(y, x, ids):
-        _, dp, _ = _poly(nodes, ids, x, _x_values(ws.q, x))
-        return ws.qd[y] - dp * _x_values(ws.qd, x)
-    return _coupled(ws, nodes, out, rate)
+    return cp.with_rate(ws, nodes, _to_node_a(ws, nodes, _motion(ws.vel, ib) - _motion(ws.vel, ia))[0])
 
 
 def velocity_product(ws, nodes):
@@ -345,12 +295,7 @@ def velocity_product(ws, nodes):
     w, (Ea, pa) = _to_node_a(ws, nodes, _motion(ws.vel, ib) - va_w)
     dacc = sp.xform_motion(Ea, pa, _motion(ws.acc, ib) - _motion(ws.acc, ia))
     va = sp.xform_motion(Ea, pa, va_w)
-    out = dacc - sp.cross_motion(va, w)
-
-    def product(y, x, ids):
-        _, _, ddp = _poly(nodes, ids, x, _x_values(ws.q, x))
-        return -ddp * _x_values(ws.qd, x) ** 2
-    return _coupled(ws, nodes, out, product)
+    return cp.with_product(ws, nodes, dacc - sp.cross_motion(va, w))
 
 
 def jacobian_blocks(ws, nodes) -> tuple:
@@ -361,20 +306,11 @@ def jacobian_blocks(ws, nodes) -> tuple:
     Ea, pa = _frames(ws, ia, nodes.rot_a, nodes.pos_a)
     X = sp.xform_matrix(Ea, pa) * jnp.asarray(nodes.mask()[..., None], dt)   # (P, 6, 6)
     S = jnp.concatenate([ws.S, jnp.zeros((1, 6), dt)], 0)
-    ids, _, x = _couplings(nodes)
-    if ids.size:
-        dp = _poly(nodes, ids, x, _x_values(ws.q, x))[1]
+    slopes = cp.slopes(ws, nodes)
     out = []
     for bk in nodes.buckets:
         cols = S[bk.dofs] * jnp.asarray(bk.signs[..., None], dt)              # (P_b, L, 6)
-        B = jnp.einsum("kij,klj->kil", X[bk.ids], cols)
-        here = [(r, int(np.flatnonzero(ids == k)[0])) for r, k in enumerate(bk.ids) if k in ids]
-        if here:  # coupling rows: e_y - p'(q_x) e_x on the loop (y, x)
-            r, c = (np.array(v) for v in zip(*here))
-            B = B.at[r, COUPLING_ROWS[0], 0].set(1.0)
-            if B.shape[-1] > 1:
-                B = B.at[r, COUPLING_ROWS[0], 1].set(-dp[c] * jnp.asarray(x[c] >= 0, dt))
-        out.append(B)
+        out.append(cp.with_jacobian_rows(nodes, bk, jnp.einsum("kij,klj->kil", X[bk.ids], cols), slopes))
     return tuple(out)
 
 
@@ -484,27 +420,12 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
     )
 
 
-def coupling(name, y: int, x: int | None = None, coef=(0.0, 1.0)) -> dict:
-    """A coordinate-coupling pair for :func:`loop_closures`: ``q[y] = sum_k coef[k] q[x]^k``
-    (at most 5 coefficients; ``x=None`` holds ``q[y] = coef[0]``)."""
-    c = np.zeros(5)
-    coef = np.atleast_1d(np.asarray(coef, float))
-    if coef.size > 5:
-        raise ValueError(f"coupling {name!r}: at most 5 polynomial coefficients (a0..a4), got {coef.size}")
-    c[: coef.size] = coef
-    coords = (int(y),) if x is None else (int(y), int(x))
-    if x is not None and int(x) == int(y):
-        raise ValueError(f"coupling {name!r}: a coordinate cannot be coupled to itself")
-    return dict(name=name, body_a=-1, body_b=-1, kind="coupling", axis=0, coords=coords, coef=c,
-                rot_a=np.eye(3), pos_a=np.zeros(3), rot_b=np.eye(3), pos_b=np.zeros(3))
-
-
 def loop_closures(model: Model, pairs) -> LoopClosures:
     """:class:`LoopClosures` from node placements in body coordinates: dicts with ``name,
     body_a, body_b`` (body indices, ``-1`` the world), ``kind, axis`` (:func:`closure_rows`)
     and ``rot_a, pos_a, rot_b, pos_b`` (DCM [node, body] and node origin in the body), or
     coordinate couplings (:func:`coupling`)."""
-    items = tuple(Closure(p["name"], p["body_a"], p["body_b"], COUPLING_ROWS, tuple(p["coords"]))
+    items = tuple(Closure(p["name"], p["body_a"], p["body_b"], cp.COUPLING_ROWS, tuple(p["coords"]))
                   if p["kind"] == "coupling" else
                   Closure(p["name"], p["body_a"], p["body_b"], closure_rows(p["kind"], p["axis"])) for p in pairs)
     stack = lambda key: jnp.asarray(np.stack([np.asarray(p[key], float) for p in pairs]))  # noqa: E731

@@ -37,7 +37,8 @@ import numpy as np
 
 from . import spatial as sp
 from .closed_chain import assemble
-from .closures import coupling, jacobian, loop_closures, position_residual
+from .closures import jacobian, loop_closures, position_residual
+from .couplings import coupling
 from .model import Model, ModelBuilder
 from .system import TreeSystem
 
