@@ -416,3 +416,19 @@ def test_smoothed_slack_switch_gives_exact_gradients():
     assert abs(g - fd_hard) < 1e-2 * abs(fd_hard), (g, fd_hard)
     with pytest.raises(ValueError, match="slack_width"):
         scenarios.get("tbar").make({"slack_width": -1.0})
+
+
+def test_tune_violation_loss_reads_per_row_violations():
+    """Tensegrity reports one violation per constraint row (trees report the worst row):
+    tune's loss integrates the sum of their squares, and `diffmb tune` runs on it."""
+    from diffmb import scenarios, simulate
+    from diffmb.tune import violation_loss
+
+    system, params, _ = scenarios.get("tbar").make({})
+    tr = simulate(system, params=params, t1=0.2, dt=1e-2, solver="rk4", saveat=21)
+    pos, vel = np.asarray(tr.violation["position"]), np.asarray(tr.violation["velocity"])
+    assert pos.ndim == 2 and pos.shape[1] > 1
+    ts = np.asarray(tr.ts)
+    want = np.trapezoid(np.sum(pos**2, 1), ts) + np.trapezoid(np.sum(vel**2, 1), ts)
+    got = float(violation_loss(tr, params))
+    assert got > 0 and got == pytest.approx(want, rel=1e-12)

@@ -58,15 +58,22 @@ def _reached(tr, t0, t1):
     return valid, jnp.clip((t1 - t_end) / (t1 - t0), 0.0, 1.0)
 
 
+def _squared(v, valid):
+    """Per save point, the squared violation: ``v**2`` for a scalar series (the worst row,
+    as trees report it) or the sum over rows for a per-row series (tensegrity)."""
+    v = jnp.reshape(v, (v.shape[0], -1))
+    return jnp.sum(jnp.where(valid[:, None], v, 0.0) ** 2, -1)
+
+
 def violation_loss(tr, params, *, w_velocity=1.0, w_energy=0.0, w_momentum=0.0):
     """Time-integrated squared constraint violation (+ optional drift terms); see module doc."""
     if not tr.violation:
         raise ValueError("loss 'violation': the system has no constraints to violate")
     valid = jnp.isfinite(tr.ts)
     ts = jnp.where(valid, tr.ts, 0.0)
-    out = _trapezoid(jnp.where(valid, tr.violation["position"], 0.0) ** 2, ts, valid)
+    out = _trapezoid(_squared(tr.violation["position"], valid), ts, valid)
     if "velocity" in tr.violation:
-        out = out + w_velocity * _trapezoid(jnp.where(valid, tr.violation["velocity"], 0.0) ** 2, ts, valid)
+        out = out + w_velocity * _trapezoid(_squared(tr.violation["velocity"], valid), ts, valid)
     if w_energy and "energy" in tr.diagnostics:
         e = tr.diagnostics["energy"]
         e0 = e[0]
