@@ -174,7 +174,7 @@ class _BlowUp(System):
     def init_state(self, params):
         return params["x0"]
 
-    def vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         return x**2
 
     def diagnostics(self, x, params):

@@ -58,7 +58,7 @@ def one_dof_reference(theta0, omega0, t1=3.0):
         def init_state(self, params):
             return jnp.array([theta0, omega0])
 
-        def vector_field(self, t, x, params):
+        def state_derivative(self, t, x, params):
             return minimal_model_rhs(x)
 
         @property

@@ -73,7 +73,7 @@ class CirclePendulum(System):
     def init_state(self, params):
         return jnp.array([1.0, 0.0, 0.0, 0.5])
 
-    def vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         p, v = x[:2], x[2:]
         grav = jnp.array([0.0, -params["g"]])
         lam = (jnp.dot(v, v) + jnp.dot(p, grav)) / jnp.dot(p, p)
@@ -164,7 +164,7 @@ class Blowup(System):
     def init_state(self, params):
         return jnp.array([1.0])
 
-    def vector_field(self, t, x, params):
+    def state_derivative(self, t, x, params):
         return x**2
 
     @property
@@ -244,9 +244,9 @@ def test_new_numbers_do_not_recompile():
     traces = []
 
     class Counted(CirclePendulum):
-        def vector_field(self, t, x, params):
+        def state_derivative(self, t, x, params):
             traces.append(1)
-            return super().vector_field(t, x, params)
+            return super().state_derivative(t, x, params)
 
     s = Counted()
     simulate(s, t1=1.0, dt=0.01, saveat=11)

@@ -373,9 +373,9 @@ def test_new_numbers_do_not_recompile():
     traces = []
 
     class Counted(tg.TensegritySystem):
-        def vector_field(self, t, x, params):
+        def state_derivative(self, t, x, params):
             traces.append(1)
-            return super().vector_field(t, x, params)
+            return super().state_derivative(t, x, params)
 
     sc = scenarios.get("tbar-compressible")
     builds = [sc.make({"material": m, "K": K})[:2] for m, K in (("hdpe", 100.0), ("aluminium", 80.0))]

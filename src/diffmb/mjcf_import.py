@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -231,17 +232,23 @@ def _equalities(m, model, offset, last, joints, name, where):
     return loop_closures(model, pairs) if pairs else None
 
 
+@eqx.filter_jit
+def _residual_and_jacobian(model, q, closures):
+    """The closures' kept residual rows and Jacobian at ``q``, in one compiled call (run
+    eagerly, the two kinematics passes cost seconds at load time)."""
+    rows = np.asarray(closures.rows)
+    return position_residual(model, q, closures).reshape(-1)[rows], jacobian(model, q, closures)
+
+
 def _consistent(model, closures, q, qd, notes, tol=1e-9):
     """``(q, qd)`` moved onto the closures where they violate them, with a note."""
-
-    rows = np.asarray(closures.rows)
-    phi = np.asarray(position_residual(model, q, closures)).reshape(-1)[rows]
+    phi, G = (np.asarray(a) for a in _residual_and_jacobian(model, q, closures))
     if np.abs(phi).max() > tol:
         bad = sorted({closures.labels[i].split(":")[0] for i in np.flatnonzero(np.abs(phi) > tol)})
         q, _ = assemble(model, closures, np.asarray(q))
         notes.append(f"the initial state violated equality {', '.join(map(repr, bad))} by "
                      f"{np.abs(phi).max():.3g}; moved onto it (minimum-norm change)")
-    G = np.asarray(jacobian(model, q, closures))
+        G = np.asarray(_residual_and_jacobian(model, q, closures)[1])
     w = G @ np.asarray(qd)
     if np.abs(w).max() > tol * max(1.0, np.abs(np.asarray(qd)).max()):
         qd = jnp.asarray(np.asarray(qd) - np.linalg.lstsq(G, w, rcond=1e-10)[0])

@@ -67,9 +67,9 @@ class System(eqx.Module):
         traces the dynamics once, so every formulation compiles its equations once."""
         return _jitted_state_derivative(self, t, x, params)
 
+    @abc.abstractmethod
     def state_derivative(self, t, x, params):
         """``dx/dt``, the equations of motion: what a formulation implements."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither state_derivative nor vector_field")
 
     def project(self, x, params):
         """Post-step correction onto the state manifold; identity unless overridden."""
