@@ -99,7 +99,7 @@ def test_fit_recovers_parameters_from_factor_three_guess(pendulum_data):
 
 
 def test_fit_residual_jacobian_matches_finite_differences(pendulum_data):
-    from diffmb.fit import _Residual  # noqa: F401  (the residual the fit linearises)
+    from diffmb.fit_residual import Residual  # noqa: F401  (the residual the fit linearises)
 
     b = bind(get("pendulum"), ["g", "damping"])
 

@@ -15,7 +15,10 @@ gradients and fall back to one build per member (:func:`build_batch`).
 Besides the scenario's names, any System whose params hold a tree ``model`` accepts
 per-coordinate joint parameters ``K.<coordinate>``, ``c.<coordinate>`` and
 ``rest.<coordinate>`` (e.g. ``K.theta_2``: that hinge's stiffness only) and
-``inertia_scale`` (mass and inertia of every body but the root, scaled together).
+``inertia_scale`` (mass and inertia of every body but the root, scaled together); one
+with hinge models (:mod:`diffmb.origami.hinges`) accepts one hinge's entry of them,
+``tape.<field>.<coordinate>`` and ``stop.<field>.<coordinate>`` (e.g.
+``tape.M_peak.theta_j``: that tape spring's snap-through moment, positive side).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 from . import scenarios
 
 JOINT_FIELDS = {"K": "stiffness", "c": "damping", "rest": "rest"}
+HINGE_GROUPS = ("tape", "stop")
 
 
 def _split(params):
@@ -110,12 +114,52 @@ def _direct(name: str, params):
 
 
 def _is_direct(name: str) -> bool:
-    head, dot, _ = name.partition(".")
-    return name == "inertia_scale" or (bool(dot) and head in JOINT_FIELDS)
+    head, dot, rest = name.partition(".")
+    return name == "inertia_scale" or (bool(dot) and head in JOINT_FIELDS) or (
+        head in HINGE_GROUPS and rest.count(".") == 1)
+
+
+def _hinge_param(name: str, system, params):
+    """``d params / d value`` and the base value of ``tape.<key>.<coordinate>`` or
+    ``stop.<key>.<coordinate>``: one hinge's entry of a hinge model's per-hinge arrays
+    (:mod:`diffmb.origami.hinges`; e.g. ``tape.M_peak.theta_j``)."""
+    group, _, rest = name.partition(".")
+    key, _, coord = rest.partition(".")
+    forcing = params.get("forcing") if isinstance(params, dict) else None
+    if not isinstance(forcing, dict) or group not in forcing:
+        raise ValueError(f"parameter {name!r}: this system has no {group!r} hinge model")
+    if key not in forcing[group]:
+        raise ValueError(f"parameter {name!r}: no {group} field {key!r}; fields: {', '.join(forcing[group])}")
+    names = list(params["model"].coordinate_names)
+    indices = list(getattr(getattr(system, "tau_fn", None), "indices", ()))
+    hinges = [names[i] for i in indices]
+    if coord not in hinges:
+        raise ValueError(f"parameter {name!r}: no hinge {coord!r}; hinges: {', '.join(hinges)}")
+    j = hinges.index(coord)
+    arr = forcing[group][key]
+    zeros = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, params)
+    d = {**zeros["forcing"], group: {**zeros["forcing"][group], key: jnp.zeros_like(arr).at[j].set(1.0)}}
+    return {**zeros, "forcing": d}, float(arr[j])
 
 
 def _probe_step(v: float) -> float:
     return 0.5 * max(abs(v), 1.0)
+
+
+def _probe(scenario, values, name, base, stab):
+    """``(direction, params at two steps, step)``: the step shrinks (and turns) when the
+    scenario rejects a probe value (a tape spring's plateau moment must stay below its
+    peak), since any step reads an affine direction."""
+    h0 = _probe_step(values[name])
+    for h in (h0, 1e-2 * h0, -1e-2 * h0):
+        try:
+            d = _difference(scenario, values, {name: h}, base, stab, name)
+            return d, _build(scenario, values, {name: 2 * h}, stab, name, base), h
+        except NotAffine:
+            raise
+        except ValueError as e:
+            err = e
+    raise err
 
 
 def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1e-9) -> Binding:
@@ -134,7 +178,7 @@ def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1
     probes = {}
     for name in names:
         if _is_direct(name):
-            d, v = _direct(name, base)
+            d, v = _hinge_param(name, system, base) if name.split(".")[0] in HINGE_GROUPS else _direct(name, base)
             v0.append(v)
             dirs.append(d)
             continue
@@ -142,10 +186,8 @@ def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1
             raise ValueError(
                 f"scenario {scenario.name!r} has no parameter {name!r}; settable: "
                 f"{', '.join(sorted(values))} (and K.<coordinate>, c.<coordinate>, "
-                f"rest.<coordinate>, inertia_scale)")
-        h = _probe_step(values[name])
-        d = _difference(scenario, values, {name: h}, base, stab, name)
-        p2 = _build(scenario, values, {name: 2 * h}, stab, name, base)
+                f"rest.<coordinate>, inertia_scale, tape.<field>.<hinge>, stop.<field>.<hinge>)")
+        d, p2, h = _probe(scenario, values, name, base, stab)
         _check_affine(base, [(d, 2 * h)], p2, name, scenario.name, rtol)
         probes[name] = h
         v0.append(values[name])
@@ -230,18 +272,20 @@ def build_batch(scenario, members, stabilization=None):
 def resolve(scenario, names, overrides=None, stabilization=None, *, t1=None, dt=None, solver=None,
             rtol=None, atol=None):
     """``(binding, settings)`` for the design tools: ``scenario`` is a Scenario, its name or
-    a ready :class:`Binding`; ``settings`` are the run options (``t1``, ``dt``, ``solver``,
-    ``rtol``, ``atol``), the scenario's where not given (dopri5 for a bare Binding)."""
+    a ready :class:`Binding`; ``settings`` are the run options (:func:`run_options`)."""
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
-    if isinstance(scenario, Binding):
-        b, sc = scenario, None
-    else:
-        sc = scenario
-        b = bind(sc, names, overrides, stabilization)
+    b = scenario if isinstance(scenario, Binding) else bind(scenario, names, overrides, stabilization)
+    return b, run_options(scenario, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol)
+
+
+def run_options(scenario, *, t1=None, dt=None, solver=None, rtol=None, atol=None) -> dict:
+    """Run options ``t1``, ``dt``, ``solver``, ``rtol``, ``atol``: the given ones, else the
+    scenario's (dopri5 and default tolerances for a bare Binding)."""
+    sc = None if isinstance(scenario, Binding) else scenario
     pick = lambda v, attr, default: v if v is not None else (getattr(sc, attr) if sc else default)  # noqa: E731
     settings = dict(t1=pick(t1, "t1", None), dt=pick(dt, "dt", None), solver=solver or pick(None, "solver", "dopri5"),
                     rtol=float(pick(rtol, "rtol", 1e-8)), atol=float(pick(atol, "atol", 1e-10)))
     if settings["t1"] is not None:
         settings["t1"] = float(settings["t1"])
-    return b, settings
+    return settings

@@ -20,7 +20,7 @@ import numpy as np
 
 #: Units diffmb accepts, by kind.
 SI_UNITS = {"length": {"m"}, "angle": {"rad"}, "none": {"", "1", "-"},
-            "speed": {"m/s"}, "rate": {"rad/s"}, "nonerate": {"1/s"}}
+            "speed": {"m/s"}, "rate": {"rad/s"}, "nonerate": {"1/s"}, "accel": {"m/s^2"}}
 _UNIT = re.compile(r"^\s*([^\[\]]+?)\s*(?:\[\s*([^\]]*)\s*\])?\s*$")
 _ANY_SI = set().union(*SI_UNITS.values())
 
@@ -63,7 +63,8 @@ def unit_kinds(system) -> dict:
     return dict(zip(names, kq + kv))
 
 
-def _parse_header(path, header, state_names, kinds):
+def _parse_header(path, header, state_names, kinds, sensor_units=None):
+    sensor_units = sensor_units or {}
     heads = [(_UNIT.match(h or "") or None) for h in header]
     if not any(m is not None and m.group(1) == "t" for m in heads):
         raise ValueError(f"{path}: missing column 't' (time in s); columns: {', '.join(map(str, header))}")
@@ -76,9 +77,16 @@ def _parse_header(path, header, state_names, kinds):
         if name == "t":
             if unit not in ("", "s"):
                 raise ValueError(f"{path}: column 't': time must be in s, not {unit!r}")
+        elif name in sensor_units and name not in state_names:
+            want = sensor_units[name]
+            if unit and want is not None and unit != want:
+                raise ValueError(f"{path}: column {name!r}: unit mismatch: {unit!r} given, "
+                                 f"the sensor measures in {want}")
         elif name not in state_names:
-            raise ValueError(f"{path}: column {name!r} is not a state of this system; "
-                             f"states: {', '.join(state_names)}")
+            extra = f"; sensor columns: {', '.join(sensor_units)}" if sensor_units else ""
+            raise ValueError(f"{path}: column {name!r} is not a state of this system"
+                             f"{' nor a sensor column' if sensor_units else ''}; "
+                             f"states: {', '.join(state_names)}{extra}")
         elif unit:
             kind = kinds.get(name)
             if kind is not None and unit not in SI_UNITS[kind]:
@@ -97,9 +105,11 @@ def _parse_header(path, header, state_names, kinds):
     return cols
 
 
-def read_data(path, system) -> Data:
+def read_data(path, system, sensor_units=None) -> Data:
     """Read a CSV (header row with ``t`` and state names) or an npz (arrays ``t`` and state
-    names) measured against ``system``; see module docstring for the checks."""
+    names) measured against ``system``; see module docstring for the checks.
+    ``sensor_units``: ``{column: unit}`` of sensor columns the record may also hold
+    (:func:`diffmb.sensors.column_units`)."""
     path = os.fspath(path)
     names = tuple(system.state_names)
     kinds = unit_kinds(system)
@@ -108,7 +118,7 @@ def read_data(path, system) -> Data:
     if path.endswith(".npz"):
         with np.load(path) as z:
             keys = list(z.keys())
-            cols = _parse_header(path, keys, names, kinds)
+            cols = _parse_header(path, keys, names, kinds, sensor_units)
             arrays = {k: np.asarray(z[k], float) for k in keys}
         m = arrays["t"].shape
         for k, a in arrays.items():
@@ -121,7 +131,7 @@ def read_data(path, system) -> Data:
             rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
         if not rows:
             raise ValueError(f"{path}: empty file")
-        cols = _parse_header(path, rows[0], names, kinds)
+        cols = _parse_header(path, rows[0], names, kinds, sensor_units)
         table = np.empty((len(rows) - 1, len(cols)))
         for i, r in enumerate(rows[1:]):
             if len(r) != len(cols):
@@ -153,8 +163,10 @@ def read_data(path, system) -> Data:
     return Data(t=t, names=tuple(cols[j] for j in keep), values=table[:, keep], path=path)
 
 
-def write_data(path, data: Data, system=None):
-    """Write ``data`` as CSV (units in the header where known) or npz (by extension)."""
+def write_data(path, data: Data, system=None, *, units=None, comments=()):
+    """Write ``data`` as CSV (units in the header where known) or npz (by extension).
+    ``units``: ``{column: unit}`` besides the system's coordinates; ``comments``: lines
+    written first as ``# <line>`` (CSV only: sensor declarations, per-record settings)."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if path.endswith(".npz"):
@@ -162,13 +174,40 @@ def write_data(path, data: Data, system=None):
         return path
     kinds = unit_kinds(system) if system is not None else {}
     unit = {"length": "m", "angle": "rad", "speed": "m/s", "rate": "rad/s"}
-    head = ["t [s]"] + [f"{n} [{unit[kinds[n]]}]" if kinds.get(n) in unit else n for n in data.names]
+    extra = units or {}
+    head = ["t [s]"] + [f"{n} [{unit[kinds[n]]}]" if kinds.get(n) in unit else
+                        (f"{n} [{extra[n]}]" if extra.get(n) else n) for n in data.names]
     with open(path, "w", newline="") as f:
+        for line in comments:
+            f.write(f"# {line}\n")
         w = csv.writer(f)
         w.writerow(head)
         for i in range(data.t.shape[0]):
             w.writerow([repr(float(data.t[i]))] + [repr(float(v)) for v in data.values[i]])
     return path
+
+
+def read_overrides(path) -> dict:
+    """Per-record scenario values on ``# set: NAME=VALUE ...`` comment lines of a CSV
+    (the record's own initial fold, stowage, ...; shared parameters stay on the command)."""
+    path = os.fspath(path)
+    if path.endswith(".npz") or not os.path.isfile(path):
+        return {}
+    out = {}
+    with open(path) as f:
+        for i, line in enumerate(f, start=1):
+            s = line.strip()
+            if not s.startswith("#") or not s[1:].strip().startswith("set:"):
+                continue
+            for tok in s[1:].strip()[4:].split():
+                k, eq, v = tok.partition("=")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    eq = ""
+                if not eq or not k:
+                    raise ValueError(f"{path}: row {i}: '# set:' expects NAME=NUMBER pairs, got {tok!r}")
+    return out
 
 
 def default_columns(system) -> tuple:

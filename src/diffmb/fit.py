@@ -1,27 +1,30 @@
-"""Fit scenario parameters (hinge stiffness, damping, rest angles, inertia scale, ...) to
-measured deployments, and synthesise such measurements from known parameters.
+"""Fit scenario parameters (hinge stiffness, damping, tape-spring moments, rest angles,
+inertia scale, ...) to measured deployments, and synthesise such measurements.
 
-The loss is the weighted squared error of the simulated columns at the data times
-(diffrax ``saveat``): ``sum_i sum_c ((y_c(t_i; theta) - d_ic) / w_c)^2``. It is a
-nonlinear least-squares problem with few parameters, so it is solved by
-Levenberg–Marquardt (damped Gauss–Newton) rather than a first-order optimiser: the
-residual Jacobian comes from forward-mode differentiation through
-:func:`~diffmb.integrate.simulate` (one tangent per parameter), and the same Jacobian gives
-the standard errors: ``cov = s^2 (J^T J)^-1`` with ``s^2 = RSS / (m - p)`` (the
-Gauss–Newton / Fisher approximation for Gaussian noise). Parameters that start
-non-negative are bounded below by 0.
+The data are deployment records (:mod:`diffmb.records`) whose columns are sensor outputs
+(:mod:`diffmb.sensors`: photogrammetry markers, gyros, accelerometers, coordinates). The
+loss is the weighted squared error of the simulated outputs at the record times,
+``sum_r sum_i sum_c ((y_rc(t_i; z) - d_ric) / sigma_c)^2`` (:mod:`diffmb.fit_residual`),
+with ``sigma_c`` the sensor's declared noise. It is a nonlinear least-squares problem with
+few unknowns, solved by Levenberg-Marquardt (:mod:`diffmb.least_squares`): the residual
+Jacobian comes from forward-mode differentiation through the simulation (one tangent per
+unknown), and the same Jacobian gives standard errors, correlations and an
+identifiability warning. Nuisance parameters of the measurement chain (marker offsets, gyro
+biases, each record's start time) are fitted with the physics, inside bounds.
 
-Multiple shooting (``shooting=S``) splits a long record into ``S`` segments; segment
-``k > 0`` starts from its own unknown state (initialised from the initial-guess run), and
-continuity residuals ``(x_end_{k-1} - x_start_k) / continuity_scale`` tie them together.
-It keeps a long, sensitive record (a snap-through, a chaotic tumble) from making the
-single-shot residual a wildly nonlinear function of the parameters.
+Several records (different initial folds or stowage states, each with its own scenario
+``overrides``) share the physical parameters and are simulated in one ``vmap``.
+Multiple shooting (``shooting=S``, one record) splits a long record into ``S`` segments;
+segment ``k > 0`` starts from its own unknown state and continuity residuals
+``(x_end_{k-1} - x_start_k) / continuity_scale`` tie them together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import equinox as eqx
@@ -30,14 +33,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import scenarios
-from .binding import Binding, resolve
+from .binding import Binding, _same_structure, bind, run_options
 from .data import Data, default_columns, sample_times
+from .fit_residual import Residual, Unknowns, predictions, residual_and_jacobian, residual_value
 from .integrate import simulate
+from .least_squares import IdentifiabilityWarning, covariance, identifiability, levenberg_marquardt
+from .records import as_records, resolve_sensors, stack
+from .sensors import Sensor, SensorModel
 
 
 @dataclass
 class FitResult:
-    """Fitted ``params`` with ``stderr`` (same units), ``rms`` of the residual (data units)."""
+    """Fitted ``params`` with ``stderr`` (same units; physics and nuisance), ``rms`` of the
+    residual (data units), ``correlation`` and ``condition`` of the fitted unknowns,
+    identifiability ``warnings``, a per-record report (residual RMS per sensor, in its
+    units), the fitted outputs ``predictions (R, M, C)`` on ``columns`` and the ``noise``
+    (standard deviation) each column was weighted by, declared or estimated."""
 
     names: tuple
     params: dict
@@ -50,76 +61,327 @@ class FitResult:
     history: list = field(default_factory=list)
     wall_s: float = 0.0
     compile_s: float = 0.0
+    correlation: list = field(default_factory=list)
+    condition: float = 1.0
+    warnings: list = field(default_factory=list)
+    records: list = field(default_factory=list)
+    columns: tuple = ()
+    predictions: object = None
+    noise: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"params": self.params, "stderr": self.stderr, "rms": self.rms,
                 "initial": {"params": self.initial, "rms": self.initial_rms},
                 "iterations": self.iterations, "converged": self.converged,
+                "correlation": {"names": list(self.names), "matrix": self.correlation},
+                "condition": self.condition, "warnings": self.warnings, "records": self.records,
+                "noise": self.noise,
                 "history": self.history, "wall_s": self.wall_s, "compile_s": self.compile_s}
 
 
-class _Residual(eqx.Module):
-    """Residual vector of the fit as a function of the unknowns ``z``."""
-
-    binding: Binding
-    t_data: tuple = eqx.field(static=True)  # per segment: the data times (tuple of tuples)
-    y_data: jnp.ndarray
-    cols: tuple = eqx.field(static=True)
-    weights: jnp.ndarray
-    mask: jnp.ndarray  # (m,) 1 for data rows inside the current horizon (continuation)
-    starts: tuple = eqx.field(static=True)  # segment start times
-    n_params: int = eqx.field(static=True)
-    n_state: int = eqx.field(static=True)
-    log_mask: tuple = eqx.field(static=True)
-    dt: float | None = eqx.field(static=True)
-    solver: str = eqx.field(static=True)
-    rtol: float = eqx.field(static=True)
-    atol: float = eqx.field(static=True)
-    cont_scale: jnp.ndarray
-    lower: tuple = eqx.field(static=True, default=())  # lower bounds of the natural parameters
-
-    def natural(self, z):
-        th = z[: self.n_params]
-        mask = jnp.asarray(self.log_mask)
-        return jnp.where(mask, jnp.exp(jnp.where(mask, th, 0.0)), th)
-
-    def run(self, z):
-        """Simulated columns at the data times, per segment, and the segment end states."""
-        params = self.binding.params(self.natural(z))
-        system = self.binding.system
-        x0 = system.init_state(params)
-        outs, ends = [], []
-        for k, ts in enumerate(self.t_data):
-            t0 = self.starts[k]
-            if k > 0:
-                x0 = z[self.n_params + (k - 1) * self.n_state: self.n_params + k * self.n_state]
-            t1 = self.starts[k + 1] if k + 1 < len(self.starts) else ts[-1]
-            saves = np.asarray(ts + ((t1,) if t1 > ts[-1] else ()))
-            tr = simulate(system, t0=t0, t1=t1, x0=x0, params=params, dt=self.dt,
-                          solver=self.solver, rtol=self.rtol, atol=self.atol,
-                          saveat=saves, adjoint="direct")
-            outs.append(tr.xs[: len(ts)][:, np.asarray(self.cols)])
-            ends.append(tr.x_final)
-        return outs, ends
-
-    def __call__(self, z):
-        outs, ends = self.run(z)
-        err = (jnp.concatenate(outs, 0) - self.y_data) / self.weights[None, :]
-        r = [(err * self.mask[:, None]).reshape(-1)]
-        for k in range(1, len(self.t_data)):
-            x_start = z[self.n_params + (k - 1) * self.n_state: self.n_params + k * self.n_state]
-            r.append((ends[k - 1] - x_start) / self.cont_scale)
-        return jnp.concatenate(r)
+#: A continuation stage fits the unknowns whose sensitivity over its horizon is at least
+#: this fraction of their sensitivity over the whole records.
+STAGE_SENSITIVITY = 1e-2
 
 
-@eqx.filter_jit
-def _res_jac(res, z):
-    return res(z), jax.jacfwd(res)(z)
+def _is_nuisance(name: str) -> bool:
+    return name == "t_offset" or name.startswith(("offset.", "bias."))
 
 
-@eqx.filter_jit
-def _res(res, z):
-    return res(z)
+def _bindings(scenario, records, physics, overrides, stabilization):
+    """One Binding per record (its own overrides), stacked on a leading record axis."""
+    if isinstance(scenario, Binding):
+        if len(records) > 1 or any(r.overrides for r in records):
+            raise ValueError("a bare Binding fits one record without per-record overrides")
+        bs = [scenario]
+    else:
+        bs = [bind(scenario, physics, {**(overrides or {}), **r.overrides}, stabilization) for r in records]
+    for r, b in zip(records[1:], bs[1:]):
+        if not _same_structure(bs[0], b):
+            raise ValueError(f"{r.data.path}: record settings {r.overrides} change the structure of "
+                             f"the scenario; records fitted together must share it")
+    arrays = [eqx.partition(b, eqx.is_array)[0] for b in bs]
+    static = eqx.partition(bs[0], eqx.is_array)[1]
+    return bs[0], eqx.combine(jax.tree.map(lambda *a: jnp.stack(a), *arrays), static)
+
+
+def _column_weights(columns, sensor_model, weights):
+    """Noise std per column: ``weights`` (per column, or ``{sensor or column: sigma}``),
+    else the sensor's declared ``sigma``, else 1 (and the column is re-weighted by its
+    residual after the fit; see :func:`fit`)."""
+    by_col = {c: s for s in sensor_model.sensors for c in s.columns}
+    if weights is not None and not isinstance(weights, dict):
+        w = np.asarray(weights, float)
+        if w.shape != (len(columns),) or not np.all(w > 0):
+            raise ValueError(f"weights: expected {len(columns)} positive numbers (one per column)")
+        return w, np.ones(len(columns), bool)
+    given = weights or {}
+    w, known = np.ones(len(columns)), np.zeros(len(columns), bool)
+    for j, c in enumerate(columns):
+        s = by_col[c]
+        v = given.get(c, given.get(s.name, s.sigma))
+        if v is not None:
+            if not v > 0:
+                raise ValueError(f"weights: sensor {s.name!r}: sigma must be positive, got {v}")
+            w[j], known[j] = float(v), True
+    return w, known
+
+
+@dataclass
+class Problem:
+    """A fit set up: the residual ``res`` with its unknowns' start ``z`` and box
+    ``[lower, upper]``, the records stacked on ``columns`` (``t``, ``y``, ``mask``), the
+    noise ``weights`` per column (``known``: declared, not to be re-estimated)."""
+
+    res: Residual
+    z: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    log_mask: tuple
+    physics: tuple
+    start: np.ndarray
+    records: list
+    sensors: SensorModel
+    columns: tuple
+    t: np.ndarray
+    y: np.ndarray
+    mask: np.ndarray
+    weights: np.ndarray
+    known: np.ndarray
+
+
+def problem(scenario, data, names, *, sensors=None, overrides=None, stabilization=None, dt=None, solver=None,
+            rtol=None, atol=None, weights=None, bounds=None, shooting=1, continuity_scale=1e-3,
+            log=None) -> Problem:
+    """Set up the fit of ``names`` to ``data`` (arguments as :func:`fit`) without solving it."""
+    if isinstance(scenario, str):
+        scenario = scenarios.get(scenario)
+    records = as_records(data)
+    names = tuple(names)
+    physics = tuple(n for n in names if not _is_nuisance(n))
+    if not physics:
+        raise ValueError("no physical parameters to fit (give at least one scenario parameter)")
+    for rec in records:
+        clash = sorted(set(rec.overrides) & set(physics))
+        if clash:
+            raise ValueError(f"{rec.data.path}: the record sets {', '.join(clash)}, which the fit estimates")
+    b0, stacked = _bindings(scenario, records, physics, overrides, stabilization)
+    st = run_options(scenario, dt=dt, solver=solver, rtol=rtol, atol=atol)
+    system = b0.system
+    model = SensorModel.of(resolve_sensors(system, records, sensors), system)
+    unknowns = Unknowns.parse(names, model, [r.label for r in records])
+    names = unknowns.names
+    columns = tuple(dict.fromkeys(c for r in records for c in r.data.names))
+    col_index = tuple(model.columns.index(c) for c in columns)
+    w, known = _column_weights(columns, model, weights)
+    t, y, mask = stack(records, list(columns))
+    if shooting > 1 and (len(records) > 1 or unknowns.t_offset):
+        raise ValueError("shooting: one record without a fitted t_offset")
+
+    p = len(physics)
+    log = () if log is None else tuple(log)
+    lmask = tuple(n in log for n in physics)
+    v0 = np.asarray(b0.values, float)
+    for n, v, m in zip(physics, v0, lmask):
+        if m and not v > 0:
+            raise ValueError(f"parameter {n!r}: log-space fit needs a positive start, got {v:g}")
+    nb = unknowns.nuisance_bounds(bounds)
+    lower = np.concatenate([[0.0 if (v >= 0 and not m) else -math.inf for v, m in zip(v0, lmask)], -nb])
+    upper = np.concatenate([np.full(p, math.inf), nb])
+    z = np.concatenate([np.where(lmask, np.log(np.where(lmask, v0, 1.0)), v0), np.zeros(nb.size)])
+    t_end = float(t.max()) + (float(nb[-1]) if unknowns.t_offset else 0.0)
+    res = Residual(bindings=stacked, sensors=model, unknowns=unknowns, col_index=col_index,
+                   t=jnp.asarray(t), y=jnp.asarray(y), mask=jnp.asarray(mask), horizon=jnp.ones(t.shape),
+                   weights=jnp.asarray(w), t_end=t_end,
+                   settings=(st["dt"], st["solver"], float(st["rtol"]), float(st["atol"])), log_mask=lmask,
+                   cont_scale=jnp.asarray(continuity_scale, float))
+    if shooting > 1:
+        res, z, lower, upper = _with_shooting(res, records[0].data, z, lower, upper, shooting, b0, st)
+    return Problem(res=res, z=z, lower=lower, upper=upper, log_mask=lmask, physics=physics, start=v0,
+                   records=records, sensors=model, columns=columns, t=t, y=y, mask=mask, weights=w, known=known)
+
+
+def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=None, dt=None, solver=None,
+        rtol=None, atol=None, weights=None, bounds=None, shooting=1, continuity_scale=1e-3, log=None,
+        continuation=True, max_iterations=30, tol=1e-8, lm_lambda=1e-3, callback=None) -> FitResult:
+    """Fit ``names`` to ``data`` (module docstring).
+
+    ``scenario``: a Scenario, its name, or a :class:`~diffmb.binding.Binding`; the starting
+    values are the scenario's as modified by ``overrides``. ``data``: a
+    :class:`~diffmb.data.Data`, a :class:`~diffmb.records.Record` or a list of them.
+    ``sensors``: :class:`~diffmb.sensors.Sensor` declarations (columns naming a coordinate
+    need none). ``names``: scenario parameters (``K``, ``K.theta_2``, ``ts_Mpeak``, ...)
+    and nuisance parameters ``offset.<marker>``, ``bias.<gyro>``, ``t_offset``
+    (per record). ``bounds``: ``{"offset": m, "bias": rad/s, "t_offset": s}`` half-widths
+    (:data:`~diffmb.fit_residual.NUISANCE_BOUNDS`). ``weights``: noise std per column (or
+    per sensor, a dict), else the sensors' declared ``sigma``; when columns of more than one
+    sensor kind lack one (markers in m and gyros in rad/s), a second stage weighs each kind
+    by its own residual RMS, so that mixed units are weighted by their noise and the
+    standard errors hold. Parameters that start at or above zero are kept there (a bound,
+    not a log transform); ``log``: names to fit as ``log(value)``. ``continuation``: fit
+    growing prefixes of the records (10, 25, 50, 100 %; off with shooting; ``False``: all
+    at once; or a tuple of fractions). Each stage stops when the relative decrease of the
+    cost or the step falls below ``tol``, or after ``max_iterations``.
+    """
+    pb = problem(scenario, data, names, sensors=sensors, overrides=overrides, stabilization=stabilization,
+                 dt=dt, solver=solver, rtol=rtol, atol=atol, weights=weights, bounds=bounds, shooting=shooting,
+                 continuity_scale=continuity_scale, log=log)
+    if shooting > 1:
+        continuation = False if continuation is True else continuation
+    res, z, lower, upper, lmask = pb.res, pb.z, pb.lower, pb.upper, pb.log_mask
+    records, model, columns, t, y, mask, w, known = (pb.records, pb.sensors, pb.columns, pb.t, pb.y, pb.mask,
+                                                      pb.weights, pb.known)
+    physics, v0, names, p = pb.physics, pb.start, res.unknowns.names, len(pb.physics)
+    history, it_total, compile_s, converged = [], 0, 0.0, False
+    t_loop = time.perf_counter()
+    initial_rms = None
+
+    seen_full = None
+
+    def stage(res, z, horizon_label, iterations):
+        nonlocal compile_s, it_total, converged
+        tic = time.perf_counter()
+        r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
+        if compile_s == 0.0:
+            compile_s = time.perf_counter() - tic
+        # a continuation stage moves only what its horizon sees (1 % of the whole
+        # record's sensitivity): a tape spring's peak moment, reached late in a
+        # deployment, must not wander while the first second is fitted
+        seen = np.linalg.norm(J, axis=0)
+        active = seen >= STAGE_SENSITIVITY * seen_full if seen_full is not None else None
+
+        def on_step(zz, cost):
+            theta = _named(res, zz, names)
+            history.append({"iteration": len(history) + 1, "horizon": horizon_label, "cost": cost, "params": theta})
+            if callback is not None:
+                callback(len(history), cost, theta)
+
+        z, r, J, its, converged = levenberg_marquardt(
+            lambda zz: residual_value(res, jnp.asarray(zz)),
+            lambda zz: residual_and_jacobian(res, jnp.asarray(zz)), z, r, J,
+            lower=lower, upper=upper, log_mask=np.concatenate([lmask, np.zeros(len(z) - p, bool)]),
+            max_iterations=iterations, tol=tol, lam=lm_lambda, active=active, on_step=on_step)
+        it_total += its
+        return z, r, J
+
+    stages = _stages(continuation)
+    if len(stages) > 1:
+        tic = time.perf_counter()
+        seen_full = np.linalg.norm(np.asarray(residual_and_jacobian(res, jnp.asarray(z))[1]), axis=0)
+        compile_s = time.perf_counter() - tic
+    for k, frac in enumerate(stages):
+        span = t[:, -1:] - t[:, :1]
+        res = eqx.tree_at(lambda r_: r_.horizon, res, jnp.asarray((t <= t[:, :1] + frac * span + 1e-12).astype(float)))
+        if initial_rms is None:
+            initial_rms = _rms(np.asarray(predictions(res, jnp.asarray(z))), y, mask)
+        z, r, J = stage(res, z, float(frac), max_iterations)
+    groups = _noise_groups(known, columns, model)
+    if len(groups) > 1 or (groups and known.any()):  # mixed units: weigh each by its own noise
+        w = _estimated_noise(w, groups, np.asarray(predictions(res, jnp.asarray(z))), y, mask)
+        res = eqx.tree_at(lambda r_: r_.weights, res, jnp.asarray(w))
+        seen_full = None
+        z, r, J = stage(res, z, "reweighted", max_iterations)
+
+    theta = np.asarray(res.natural(jnp.asarray(z)))
+    scale = np.concatenate([np.where(lmask, theta, 1.0), np.ones(len(z) - p)])
+    Jn = J / scale[None, :]
+    cov = covariance(r, Jn)
+    n_fit = len(names)
+    se = np.sqrt(np.maximum(np.diag(cov)[:n_fit], 0.0))
+    ident = identifiability(Jn[:, :n_fit], names)
+    for message in ident["warnings"]:
+        warnings.warn(message, IdentifiabilityWarning, stacklevel=2)
+    pred = np.asarray(predictions(res, jnp.asarray(z)))
+    values = np.concatenate([theta, z[p:n_fit]])
+    return FitResult(names=names, params=dict(zip(names, map(float, values))),
+                     stderr=dict(zip(names, map(float, se))), rms=_rms(pred, y, mask),
+                     initial={**dict(zip(physics, map(float, v0))), **{n: 0.0 for n in names[p:]}},
+                     initial_rms=initial_rms, iterations=it_total, converged=converged, history=history,
+                     wall_s=time.perf_counter() - t_loop - compile_s, compile_s=compile_s,
+                     correlation=ident["correlation"].tolist(), condition=ident["condition"],
+                     warnings=ident["warnings"], records=_report(records, model, columns, pred, y, mask),
+                     columns=columns, predictions=pred, noise=dict(zip(columns, map(float, w))))
+
+
+def _noise_groups(known, columns, model) -> list:
+    """Columns without a declared noise, grouped by what measures them: one noise level per
+    sensor kind (the cameras, the gyros, the accelerometers, the coordinates)."""
+    by_col = {c: s for s in model.sensors for c in s.columns}
+    groups = {}
+    for j, c in enumerate(columns):
+        if not known[j]:
+            groups.setdefault(by_col[c].kind, []).append(j)
+    return list(groups.values())
+
+
+def _estimated_noise(w, groups, pred, y, mask):
+    """Each group's residual RMS as its noise (the weights of a second fit stage)."""
+    out = w.copy()
+    for js in groups:
+        e = np.concatenate([(pred[..., j] - y[..., j])[mask[..., j] > 0] for j in js])
+        out[js] = max(float(np.sqrt(np.mean(e * e))), 1e-300)
+    return out
+
+
+def _named(res, z, names):
+    zz = np.asarray(z)
+    theta = np.asarray(res.natural(jnp.asarray(zz)))
+    return dict(zip(names, map(float, np.concatenate([theta, zz[len(theta): len(names)]]))))
+
+
+def _rms(pred, y, mask):
+    e = (pred - y) * mask
+    return math.sqrt(float(np.sum(e * e)) / max(float(mask.sum()), 1.0))
+
+
+def _report(records, model, columns, pred, y, mask):
+    """Per record: residual RMS per sensor (its units) and the sample count."""
+    by_sensor = {}
+    for j, c in enumerate(columns):
+        s = next(s for s in model.sensors if c in s.columns)
+        by_sensor.setdefault(s.name, []).append(j)
+    out = []
+    for k, rec in enumerate(records):
+        rms = {}
+        for name, js in by_sensor.items():
+            e = np.concatenate([(pred[k, :, j] - y[k, :, j])[mask[k, :, j] > 0] for j in js])
+            if e.size:
+                rms[name] = float(np.sqrt(np.mean(e * e)))
+        out.append({"label": rec.label, "file": str(rec.data.path), "samples": int(rec.data.t.size),
+                    "overrides": rec.overrides, "rms": rms})
+    return out
+
+
+def _with_shooting(res, data, z, lower, upper, shooting, b0, st):
+    """Shooting segments and their initial states (from the initial-guess run, and from
+    the data where a column is a coordinate, its rate ``<column>_dot`` by differences)."""
+    segs = _segments(data.t, shooting)
+    t = data.t
+    starts = (0.0,) + tuple(float(t[s[0]]) for s in segs[1:])
+    segments = []
+    for k, s in enumerate(segs):
+        t1 = starts[k + 1] if k + 1 < len(starts) else float(t[s[-1]])
+        segments.append((starts[k], t1, tuple(float(x) for x in t[s])))
+    system = b0.system
+    guess = simulate(system, t1=starts[-1], params=b0.params(b0.values), dt=st["dt"], solver=st["solver"],
+                     rtol=st["rtol"], atol=st["atol"], saveat=np.asarray(starts))
+    nodes = np.array(guess.xs)
+    names_x = list(system.state_names)
+    for j, col in enumerate(data.names):
+        if col not in names_x:
+            continue
+        i0 = names_x.index(col)
+        rate = np.gradient(data.values[:, j], data.t)
+        for k in range(1, shooting):
+            row = int(segs[k][0])
+            nodes[k, i0] = data.values[row, j]
+            if col + "_dot" in names_x:
+                nodes[k, names_x.index(col + "_dot")] = rate[row]
+    nx = len(names_x)
+    res = dataclasses.replace(res, segments=tuple(segments), n_state=nx)
+    extra = np.concatenate([nodes[k] for k in range(1, shooting)])
+    return (res, np.concatenate([z, extra]), np.concatenate([lower, np.full(extra.size, -math.inf)]),
+            np.concatenate([upper, np.full(extra.size, math.inf)]))
 
 
 def _segments(t, shooting):
@@ -128,165 +390,26 @@ def _segments(t, shooting):
     return [np.asarray(s) for s in np.array_split(np.arange(len(t)), shooting)]
 
 
-def fit(scenario, data: Data, names, *, overrides=None, stabilization=None, dt=None, solver=None,
-        rtol=None, atol=None, weights=None, shooting=1, continuity_scale=1e-3, log=None,
-        continuation=True, max_iterations=30, tol=1e-8, lm_lambda=1e-3, callback=None) -> FitResult:
-    """Fit scenario parameters ``names`` to ``data`` (see module doc).
-
-    ``scenario``: a Scenario, its name, or a :class:`~diffmb.binding.Binding`; the starting
-    values are the scenario's as modified by ``overrides``. ``weights``: per column
-    (default 1: plain least squares in the data's units). Parameters that start at or
-    above zero are kept there (a bound, not a log transform: ``log(c)`` would make a
-    damping the data barely sees early in the record run off to 0, where its gradient
-    vanishes). ``log``: names to fit as ``log(value)`` instead. ``continuation``: fit growing prefixes
-    of the record (10, 25, 50, 100 % by default without shooting, off with it; ``False``:
-    the whole record at once; or a tuple of fractions). Shooting nodes start from the
-    data where a column measures a state (its rate, named ``<column>_dot``, from finite
-    differences) and from the initial-guess run elsewhere. Each stage stops when the relative decrease of the cost or the
-    step falls below ``tol``, or after ``max_iterations``.
-    """
-    b, st = resolve(scenario, names, overrides, stabilization, dt=dt, solver=solver, rtol=rtol, atol=atol)
-    names = b.names
-    system = b.system
-    missing = [n for n in data.names if n not in system.state_names]
-    if missing:
-        raise ValueError(f"{data.path}: column(s) {', '.join(missing)} are not states of this system")
-    solver, dt, rtol, atol = st["solver"], st["dt"], st["rtol"], st["atol"]
-    v0 = np.asarray(b.values, float)
-    log = () if log is None else tuple(log)
-    mask = tuple(n in log for n in names)
-    for n, v, m in zip(names, v0, mask):
-        if m and not v > 0:
-            raise ValueError(f"parameter {n!r}: log-space fit needs a positive start, got {v:g}")
-    w = np.ones(len(data.names)) if weights is None else np.asarray(weights, float)
-    if w.shape != (len(data.names),) or not np.all(w > 0):
-        raise ValueError(f"weights: expected {len(data.names)} positive numbers (one per column)")
-    segs = _segments(data.t, shooting)
-    t_data = tuple(tuple(float(x) for x in data.t[s]) for s in segs)
-    starts = (0.0,) + tuple(float(data.t[s[0]]) for s in segs[1:])
-    nx = len(system.state_names)
-    z_par = np.where(mask, np.log(np.where(mask, v0, 1.0)), v0)
-    res = _Residual(binding=b, t_data=t_data, y_data=jnp.asarray(data.values), cols=tuple(int(i) for i in data.columns_in(system.state_names)),
-                    weights=jnp.asarray(w), mask=jnp.ones(len(data.t)), starts=starts, n_params=len(names), n_state=nx,
-                    log_mask=mask, dt=dt, solver=solver, rtol=float(rtol), atol=float(atol),
-                    cont_scale=jnp.asarray(continuity_scale, float),
-                    lower=tuple(0.0 if (v >= 0 and not m) else -math.inf for v, m in zip(v0, mask)))
-    z = np.asarray(z_par, float)
-    if shooting > 1:  # shooting nodes from the initial-guess run
-        guess = simulate(system, t1=starts[-1], params=b.params(jnp.asarray(v0)), dt=dt, solver=solver,
-                         rtol=rtol, atol=atol, saveat=np.asarray(starts))
-        nodes = np.array(guess.xs)
-        names_x = list(system.state_names)
-        for j, col in enumerate(data.names):  # measured states from the data, rates by differences
-            i0 = names_x.index(col)
-            rate = np.gradient(data.values[:, j], data.t)
-            for k in range(1, shooting):
-                row = int(segs[k][0])
-                nodes[k, i0] = data.values[row, j]
-                if col + "_dot" in names_x:
-                    nodes[k, names_x.index(col + "_dot")] = rate[row]
-        z = np.concatenate([z] + [nodes[k] for k in range(1, shooting)])
-        continuation = False if continuation is True else continuation
-
-    m_data = data.values.size
-    stages = _stages(data.t, continuation)
-    history, it_total, compile_s, converged = [], 0, 0.0, False
-    t_loop = time.perf_counter()
-    initial_rms = None
-    for k, t_end in enumerate(stages):
-        res = eqx.tree_at(lambda r: r.mask, res, jnp.asarray((data.t <= t_end + 1e-12).astype(float)))
-        tic = time.perf_counter()
-        r, J = map(np.asarray, _res_jac(res, jnp.asarray(z)))
-        if k == 0:
-            compile_s = time.perf_counter() - tic
-        if initial_rms is None:
-            initial_rms = _rms(np.asarray(_res(eqx.tree_at(lambda r_: r_.mask, res, jnp.ones(len(data.t))),
-                                               jnp.asarray(z))), m_data)
-        z, r, J, its, converged = _levenberg_marquardt(res, z, r, J, max_iterations, tol, lm_lambda,
-                                                        history, names, t_end, callback)
-        it_total += its
-    theta = np.asarray(res.natural(jnp.asarray(z)))
-    # standard errors in natural units: d theta / d z = theta for log parameters
-    scale = np.concatenate([np.where(mask, theta, 1.0), np.ones(len(z) - len(names))])
-    Jn = J / scale[None, :]
-    dof = max(1, r.size - len(z))
-    s2 = float(r @ r) / dof
-    cov = s2 * np.linalg.pinv(Jn.T @ Jn)
-    se = np.sqrt(np.maximum(np.diag(cov)[: len(names)], 0.0))
-    rms = _rms(r * np.concatenate([np.repeat(w[None, :], len(data.t), 0).reshape(-1),
-                                   np.ones(r.size - m_data)]), m_data)
-    return FitResult(names=names, params=dict(zip(names, map(float, theta))),
-                     stderr=dict(zip(names, map(float, se))), rms=rms,
-                     initial=dict(zip(names, map(float, v0))), initial_rms=initial_rms,
-                     iterations=it_total, converged=converged, history=history,
-                     wall_s=time.perf_counter() - t_loop - compile_s, compile_s=compile_s)
-
-
-def _rms(r, m_data):
-    return math.sqrt(float(np.sum(r[:m_data] ** 2)) / m_data)
-
-
-def _stages(t, continuation):
-    """Horizons of the continuation stages: the fit is first made on the start of the
-    record (where the response is nearly linear in the parameters) and then extended,
-    which keeps a factor-of-3 error in a stiffness (a period off by sqrt 3) out of the
-    wrong basin of the single-shot least-squares problem."""
+def _stages(continuation):
+    """Horizons (fractions of each record) of the continuation stages: the fit is first
+    made on the start of the records (where the response is nearly linear in the
+    parameters) and then extended, which keeps a factor-of-3 error in a stiffness (a
+    period off by sqrt 3) out of the wrong basin of the single-shot problem."""
     if not continuation:
-        return [float(t[-1])]
-    span = float(t[-1] - t[0])
-    fr = (0.1, 0.25, 0.5, 1.0) if continuation is True else tuple(continuation)
-    return [float(t[0] + f * span) for f in fr]
-
-
-#: Largest change of a log-space parameter per iteration (a factor of e).
-MAX_LOG_STEP = 1.0
-
-
-def _levenberg_marquardt(res, z, r, J, max_iterations, tol, lam, history, names, horizon, callback):
-    """Damped Gauss-Newton with Marquardt's diagonal scaling; returns ``(z, r, J, its, ok)``."""
-    cost, converged, it = float(r @ r), False, 0
-    log_mask = np.asarray(res.log_mask, float)
-    for it in range(1, max_iterations + 1):
-        A, g = J.T @ J, J.T @ r
-        D = np.diag(np.maximum(np.diag(A), 1e-12 * max(np.max(np.diag(A)), 1e-300)))
-        accepted = False
-        for _ in range(16):
-            step = -np.linalg.solve(A + lam * D, g)
-            big = np.max(np.abs(step[: res.n_params]) * log_mask) if any(res.log_mask) else 0.0
-            if big > MAX_LOG_STEP:  # a parameter the data barely sees must not run off to 0 or inf
-                step = step * (MAX_LOG_STEP / big)
-            z_try = z + step
-            z_try[: res.n_params] = np.maximum(z_try[: res.n_params], np.asarray(res.lower))
-            r_try = np.asarray(_res(res, jnp.asarray(z_try)))
-            c_try = float(r_try @ r_try) if np.all(np.isfinite(r_try)) else math.inf
-            if c_try < cost:
-                accepted = True
-                break
-            lam *= 4.0
-        if not accepted:  # no decrease left at this precision: a minimum
-            converged = True
-            break
-        rel = (cost - c_try) / max(cost, 1e-300)
-        small = np.max(np.abs(step)) < tol * (1 + np.max(np.abs(z)))
-        z, cost, lam = z_try, c_try, max(lam / 4.0, 1e-9)
-        theta = dict(zip(names, map(float, np.asarray(res.natural(jnp.asarray(z))))))
-        history.append({"iteration": len(history) + 1, "horizon": horizon, "cost": cost, "params": theta})
-        if callback is not None:
-            callback(len(history), cost, theta)
-        r, J = map(np.asarray, _res_jac(res, jnp.asarray(z)))
-        if rel < tol or small:
-            converged = True
-            break
-    return z, r, J, it, converged
+        return [1.0]
+    return list((0.1, 0.25, 0.5, 1.0) if continuation is True else tuple(continuation))
 
 
 def synth(scenario, overrides=None, *, stabilization=None, t1=None, dt=None, solver=None, rtol=None,
-          atol=None, columns=None, samples=None, noise=0.0, seed=0) -> tuple:
-    """Synthetic measurements: simulate the scenario with ``overrides`` and sample
-    ``columns`` (default: hinge angles, see :func:`~diffmb.data.default_columns`) at
-    ``samples`` equally spaced times (default: every 10 ms, at most 1001), adding
-    Gaussian noise of standard deviation ``noise`` (column units) from ``seed``.
-    Returns ``(Data, trajectory)``."""
+          atol=None, columns=None, sensors=None, samples=None, noise=None, t_offset=0.0, seed=0) -> tuple:
+    """Synthetic measurements: simulate the scenario with ``overrides`` and sample, at
+    ``samples`` equally spaced record times on ``[0, t1]`` (default: every 10 ms, at most
+    1001), the ``sensors``' outputs (:mod:`diffmb.sensors`) and the coordinates
+    ``columns`` (default without sensors: the hinge angles,
+    :func:`~diffmb.data.default_columns`). The record's clock reads ``t_offset`` at release
+    (before it the article rests in its initial state). Gaussian noise of standard
+    deviation ``noise`` (column units) on every column, or, when ``noise`` is None, each
+    sensor's declared ``sigma``; from ``seed``. Returns ``(Data, trajectory)``."""
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
     system, params, _ = scenario.make(overrides, stabilization)
@@ -296,18 +419,24 @@ def synth(scenario, overrides=None, *, stabilization=None, t1=None, dt=None, sol
     if samples is None:
         samples = min(1001, max(2, int(round(t1 / 0.01)) + 1))
     ts = sample_times(t1, int(samples))
+    if not (math.isfinite(t_offset) and 0 <= t_offset < t1):
+        raise ValueError(f"t_offset must be in [0, t1) = [0, {t1:g}) s, got {t_offset:g}")
+    tm = np.maximum(ts - t_offset, 0.0)
     tr = simulate(system, t1=t1, dt=dt, params=params, solver=solver,
                   rtol=rtol if rtol is not None else scenario.rtol,
-                  atol=atol if atol is not None else scenario.atol, saveat=ts)
+                  atol=atol if atol is not None else scenario.atol, saveat=tm)
     if tr.status != "success":
         raise ValueError(f"synth: the run stopped early ({tr.message}); no data written")
-    columns = tuple(columns) if columns else default_columns(system)
+    sensors = tuple(sensors or ())
+    columns = tuple(columns) if columns else (() if sensors else default_columns(system))
     unknown = [c for c in columns if c not in system.state_names]
     if unknown:
         raise ValueError(f"synth: unknown column(s) {', '.join(unknown)}; states: {', '.join(system.state_names)}")
-    if not (noise >= 0 and math.isfinite(noise)):
+    if noise is not None and not (noise >= 0 and math.isfinite(noise)):
         raise ValueError(f"noise must be a non-negative number, got {noise}")
-    idx = [list(system.state_names).index(c) for c in columns]
-    y = np.asarray(tr.xs)[:, idx]
-    y = y + noise * np.random.default_rng(int(seed)).standard_normal(y.shape)
-    return Data(t=np.asarray(ts), names=columns, values=y, path="<synth>"), tr
+    model = SensorModel.of(sensors + tuple(Sensor(c, "angle", coordinate=c) for c in columns), system)
+    y = np.asarray(jax.vmap(lambda t, x: model(system, t, x, params))(jnp.asarray(tm), tr.xs))
+    sigma = np.asarray([(noise if noise is not None else (s.sigma or 0.0)) for s in model.sensors
+                        for _ in s.columns])
+    y = y + sigma * np.random.default_rng(int(seed)).standard_normal(y.shape)
+    return Data(t=np.asarray(ts), names=model.columns, values=y, path="<synth>"), tr

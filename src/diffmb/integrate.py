@@ -20,6 +20,8 @@ traced, so new numbers never recompile.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import time
 from typing import ClassVar
@@ -290,6 +292,21 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
             jnp.asarray(ts, dtype),
             jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
     return args
+
+
+def states_at(system: System, ts, *, t1: float, params, x0=None, t0: float = 0.0, dt=None,
+              solver: str = "rk4", rtol: float = 1e-8, atol: float = 1e-10):
+    """States at the times ``ts`` (non-decreasing, within ``[t0, t1]``), which may be traced:
+    ``jax.jacfwd`` through it differentiates with respect to the save times too (a record's
+    unknown start time, :mod:`diffmb.fit`). ``t1`` fixes the integration span (and the
+    fixed-step count). Returns ``(xs (len(ts), n), status code)``; forward-mode adjoint."""
+    n = int(jnp.shape(ts)[0])
+    args = _prepare(system, t1=t1, t0=t0, x0=x0, params=params, dt=dt, solver=solver, rtol=rtol,
+                    atol=atol, saveat=np.linspace(float(t0), float(t1), n), max_steps=None,
+                    events=None, progress=False, max_violation=None, adjoint="direct")
+    run = dataclasses.replace(args[0], project_saves=system.has_projection)
+    tr = _solve(run, *args[1:7], jnp.asarray(ts, args[7].dtype), args[8])
+    return tr.xs, tr.status_code
 
 
 def compile_simulation(system: System, **kwargs):

@@ -22,14 +22,19 @@ MAX_LINES_PER_PANEL = 4
 MAX_PANELS = 4
 
 
-def _figure(n_panels: int = 1, title: str | None = None):
+def _new_figure(figsize):
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("plotting needs matplotlib: pip install 'diffmb[plot]'") from e
-    fig = Figure(figsize=(7.0, 2.2 + 2.0 * n_panels), layout="constrained")
+    fig = Figure(figsize=figsize, layout="constrained")
     FigureCanvasAgg(fig)
+    return fig
+
+
+def _figure(n_panels: int = 1, title: str | None = None):
+    fig = _new_figure((7.0, 2.2 + 2.0 * n_panels))
     axes = fig.subplots(n_panels, 1, sharex=True, squeeze=False)[:, 0]
     if title:
         fig.suptitle(title)
@@ -166,3 +171,42 @@ def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = ""
         fig.savefig(path, dpi=110)
         paths.append(path)
     return paths
+
+
+def fit_figure(result, records, sensors, title: str | None = None):
+    """Measured (dots) against fitted (lines) outputs: one panel per sensor, one column
+    per record (``result``: a :class:`~diffmb.fit.FitResult`; ``sensors``: the Sensor
+    declarations whose columns it fitted)."""
+    cols = list(result.columns)
+    groups = [(s, [cols.index(c) for c in s.columns if c in cols]) for s in sensors]
+    groups = [(s, js) for s, js in groups if js]
+    fig = _new_figure((3.6 * len(records) + 1.5, 1.2 + 1.9 * len(groups)))
+    axes = fig.subplots(len(groups), len(records), sharex="col", squeeze=False)
+    fig.suptitle(_title("measured (dots) vs fitted (lines)", title))
+    for k, rec in enumerate(records):
+        t, n = rec.data.t, rec.data.t.size
+        axes[0, k].set_title(f"{rec.label}: rms " + ", ".join(
+            f"{name} {v:.2g}" for name, v in result.records[k]["rms"].items()), fontsize=8)
+        axes[-1, k].set_xlabel("time [s]")
+        for g, (s, js) in enumerate(groups):
+            ax = axes[g, k]
+            ax.grid(True, alpha=0.3)
+            for j in js:
+                if cols[j] not in rec.data.names:
+                    continue
+                measured = rec.data.values[:, rec.data.names.index(cols[j])]
+                line, = ax.plot(t, result.predictions[k, :n, j], lw=1.2, label=cols[j])
+                ax.plot(t, measured, ".", ms=2.5, color=line.get_color())
+            unit = {"marker": "m", "gyro": "rad/s", "accel": "m/s^2"}.get(s.kind, "")
+            ax.set_ylabel(f"{s.name} [{unit}]" if unit else s.name, fontsize=8)
+            if k == len(records) - 1:
+                _legend_outside(ax, len(js))
+    return fig
+
+
+def plot_fit(result, records, sensors, path, *, title: str | None = None) -> Path:
+    """Write :func:`fit_figure` as a PNG at ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fit_figure(result, records, sensors, title).savefig(path, dpi=110)
+    return path

@@ -36,6 +36,7 @@ from . import constraint_solve as solve
 from . import constraints as cs
 from . import joints as jt
 from . import spatial as sp
+from .body_frames import BodyFrames, from_kinematics
 from .kinematics import kinematics
 from .model import Model
 
@@ -221,6 +222,15 @@ class TreeSystem(System):
     def split(self, x):
         n = self.model.nq
         return x[:n], x[n:]
+
+    @property
+    def body_names(self) -> tuple:
+        return tuple(self.model.body_names)
+
+    def body_frames(self, x, params) -> BodyFrames:
+        """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`)."""
+        q, qd = self.split(x)
+        return from_kinematics(kinematics(params["model"], q, qd))
 
     def generalized_force(self, t, q, qd, params):
         model = params["model"]

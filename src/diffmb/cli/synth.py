@@ -1,25 +1,39 @@
-"""``diffmb synth SCENARIO [--set ..] [--t1 --dt --solver] --noise SIGMA [--seed N] --out FILE``:
-synthetic measurements (CSV or npz by extension): the hinge angles (or ``--columns``) at
-``--samples`` times, Gaussian noise of ``SIGMA`` (rad)."""
+"""``diffmb synth SCENARIO [--set ..] [--t1 --dt --solver] [--sensors S.json] [--noise SIGMA]
+[--t-offset S] [--seed N] --out FILE``: a synthetic deployment record (CSV or npz by
+extension): the sensors' outputs (markers, gyros, ...) and/or coordinates (``--columns``,
+default the hinge angles) at ``--samples`` times, with Gaussian noise (``SIGMA`` on every
+column, else each sensor's declared ``sigma``). A CSV carries the sensor declarations and
+the record's own values (``--record NAME=VALUE``) in its header."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .. import scenarios
 from ..data import write_data
 from ..fit import synth
+from ..records import state_units
+from ..sensors import column_units, read_sensors
 from ._common import check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings, system_of
 
 
 def add_parser(sub):
     s = sub.add_parser("synth", help="synthetic deployment data", description=(
-        "Simulate a scenario and write sampled coordinates with Gaussian noise (CSV/npz)."))
+        "Simulate a scenario and write sampled sensor outputs or coordinates with Gaussian noise (CSV/npz)."))
     design_args(s)
-    s.add_argument("--noise", type=float, default=0.0, metavar="SIGMA", help="noise std (rad)")
+    s.add_argument("--sensors", type=Path, metavar="JSON", help="sensor declarations to record")
+    s.add_argument("--noise", type=float, default=None, metavar="SIGMA",
+                   help="noise std on every column (default: each sensor's sigma; 0 for coordinates)")
+    s.add_argument("--t-offset", type=float, default=0.0, metavar="S", dest="t_offset",
+                   help="the record's clock at release [s] (it rests before)")
+    s.add_argument("--record", action="append", default=[], metavar="NAME=VALUE", dest="record_sets",
+                   help="a value of this record only (its initial fold, tip-off spin), written to the "
+                        "CSV header as '# set:' for fit to apply (repeatable)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--samples", type=int, metavar="N", help="sample count (default: every 10 ms, <= 1001)")
-    s.add_argument("--columns", metavar="A,B", help="state names to record (default: hinge angles)")
+    s.add_argument("--columns", metavar="A,B", help="coordinates to record (default without "
+                   "--sensors: the hinge angles)")
     s.add_argument("--out", type=Path, required=True, metavar="FILE", help="data file (.csv or .npz)")
 
 
@@ -28,12 +42,22 @@ def main(args) -> int:
     check_outputs(json_path=args.json, files=[("--out", args.out)])
     sc = scenarios.get(args.scenario)
     st = run_settings(args, sc)
+    system = system_of(sc, args)
+    sensors = read_sensors(args.sensors, system) if args.sensors else ()
     cols = names(args.columns, "--columns") if args.columns else None
-    data, tr = synth(sc, parse_sets(args.sets), stabilization=args.stabilization, columns=cols,
-                     samples=args.samples, noise=args.noise, seed=args.seed, **st)
-    path = write_data(args.out, data, system_of(sc, args))
+    sets = parse_sets(args.sets)
+    own = parse_sets(args.record_sets)
+    data, _ = synth(sc, {**sets, **own}, stabilization=args.stabilization, columns=cols, sensors=sensors,
+                    samples=args.samples, noise=args.noise, t_offset=args.t_offset, seed=args.seed, **st)
+    comments = [f"sensor: {json.dumps(s.to_json())}" for s in sensors]
+    if own:
+        comments.append("set: " + " ".join(f"{k}={v}" for k, v in own.items()))
+    path = write_data(args.out, data, system, units=column_units(sensors, state_units(system)),
+                      comments=comments)
     obj = {"scenario": sc.name, "file": str(path), "columns": list(data.names),
-           "samples": int(data.t.size), "noise": args.noise, "seed": args.seed,
-           "parameters": sc.resolve(parse_sets(args.sets))}
-    emit(args, obj, [f"wrote {path}: {data.t.size} samples of {', '.join(data.names)} (noise {args.noise:g})"])
+           "samples": int(data.t.size), "noise": args.noise, "t_offset": args.t_offset, "seed": args.seed,
+           "sensors": [s.to_json() for s in sensors], "record": own,
+           "parameters": sc.resolve({**sets, **own})}
+    noise = "each sensor's sigma" if args.noise is None and sensors else f"{args.noise or 0:g}"
+    emit(args, obj, [f"wrote {path}: {data.t.size} samples of {', '.join(data.names)} (noise {noise})"])
     return 0

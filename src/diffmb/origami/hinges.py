@@ -101,7 +101,9 @@ def _logcosh(x):
 
 def _shape(K_flat, M_peak, M_plateau):
     """Derived ``(A, b, theta_p)`` of one side (see the module docstring)."""
-    A = M_peak - M_plateau * _TANH1
+    # NaN outside the model's domain (a peak below the plateau): a fit's trial step there
+    # is rejected instead of simulating a curve the model does not define
+    A = jnp.where(M_peak > M_plateau, M_peak - M_plateau * _TANH1, jnp.nan)
     b = 1.0 + M_plateau * _SECH2_1 / A
     theta_p = (M_plateau + A * jnp.exp(0.5 * b)) / K_flat
     return A, b, theta_p

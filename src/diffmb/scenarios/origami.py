@@ -22,6 +22,8 @@ the paper (linear springs, no stops):
 ``stop``        deployment stops at ``|theta| <= stop`` [rad] (0: none; ``pi``: no folding
                 past 180 degrees, cf. section 4.3.1)
 ``stop_k``, ``stop_c``  stop stiffness [N m/rad] and Hunt-Crossley damping [N m s/rad^2]
+``spin``        the stowed package's rate about the root panel's normal at release [rad/s]
+                (a tip-off rate; a rigid rotation, so the closures hold)
 
 Loop-closed (cut) creases carry no hinge torque, for the linear springs as for these.
 :func:`outlines` gives a scenario's panel polygons (for ``diffmb run --animate``).
@@ -167,7 +169,11 @@ def outlines(name, values=None):
 def _maker(name):
     def make(v, stabilization):
         system, _ = _build(name, v, stabilization)
-        return system, system.default_params()
+        params = system.default_params()
+        # the stowed package's release rate about the root panel's normal: a rigid rotation,
+        # so the closures' velocity constraints hold
+        params["qd0"] = params["qd0"].at[2].set(v["spin"])
+        return system, params
 
     return make
 
@@ -176,7 +182,7 @@ _4panel, _2x4, _3x3, _map = (_maker(n) for n in ("fold-4panel", "fold-2x4", "fol
 
 
 def _hinge_defaults(scale):
-    return {"hinge": 0.0, "ts_K": 10.0 * scale, "ts_Mpeak": 3.0 * scale, "ts_Mplat": 1.0 * scale,
+    return {"spin": 0.0, "hinge": 0.0, "ts_K": 10.0 * scale, "ts_Mpeak": 3.0 * scale, "ts_Mplat": 1.0 * scale,
             "ts_asym": 1.0, "ts_damping": 0.0, "stop": 0.0, "stop_k": 100.0, "stop_c": 20.0}
 
 
@@ -192,7 +198,7 @@ def _register_fold(name, description, build, defaults, *, t1, stabilization):
     """Register an origami scenario: RK4 at 1 ms (the paper's integrator), every
     stabilization selectable, Baumgarte gains ``a``, ``b`` and hinge options settable."""
     register(Scenario(name=name, description=description, paper=PAPER, build=build,
-                      defaults={**defaults, **_hinge_defaults(defaults.get("K", 0.01))},
+                      defaults={**_hinge_defaults(defaults.get("K", 0.01)), **defaults},
                       t1=t1, dt=1e-3, solver="rk4", stabilizations=STABS,
                       stabilization=stabilization, conserved=_conserved))
 
@@ -256,13 +262,6 @@ def _pattern_scheel(v):
 PATTERNS.update({"miura": _pattern_miura, "scheel": _pattern_scheel})
 
 
-def _scheel(v, stabilization):
-    system, _ = _build("scheel", v, stabilization)
-    params = system.default_params()
-    params["qd0"] = params["qd0"].at[2].set(v["spin"])  # hub spin about its normal: a rigid rotation
-    return system, params
-
-
 _register_fold(
     "miura",
     "rows x cols Miura-ori, partially folded, around a free-flying corner panel (Fig. 3)",
@@ -276,7 +275,7 @@ _register_fold(
 _register_fold(
     "scheel",
     "radial (Scheel) pattern around a polygonal hub, ring closed by closures (Figs. 4-5)",
-    _scheel,
+    _maker("scheel"),
     {"sectors": 6.0, "rings": 2.0, "hub_radius": 1.0, "ring_width": 1.0, "density": 0.25,
               "hub_mass": 100.0, "K": 0.01, "K_ring": 0.01, "c": 0.0, "spin": 0.1,
               "a": 40.0, "b": 0.0},

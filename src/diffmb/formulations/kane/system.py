@@ -18,6 +18,7 @@ from ... import closures as cl
 from ... import crba, rnea, tree
 from ... import joints as jt
 from ... import spatial as sp
+from ...body_frames import BodyFrames, from_kinematics
 from ...closures import ROW_NAMES, LoopClosures, independent_rows
 from ...kinematics import Kinematics, kinematics
 from ...system import System, check_stabilization
@@ -245,6 +246,15 @@ class CutJointSystem(System):
         if len(wss) == 1:
             return wss[0]
         return jax.tree.map(lambda *xs: jnp.concatenate(xs), *wss)
+
+    @property
+    def body_names(self) -> tuple:
+        return tuple(n for m in self.models for n in m.body_names)
+
+    def body_frames(self, x, params) -> BodyFrames:
+        """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`), forest order."""
+        q, u, _ = self.split(x)
+        return from_kinematics(self.workspace(q, u, params))
 
     def _tree_ws(self, ws, models):
         """Split a forest workspace back into the trees' (for their CRBA / RNEA)."""

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import spatial as sp
+from ...body_frames import BodyFrames, from_quaternions
 from ...system import System
 from .joint_rows import JOINT_ROWS, local_rows
 from .quaternion import T_matrix, dcm_NB, effective_force, effective_mass, omega_body
@@ -89,6 +90,11 @@ class UKSystem(System):
     def all_rates(self, V):
         out = jnp.zeros((len(self.body_names), 7), V.dtype)
         return out.at[np.asarray(self.moving, int)].set(V)
+
+    def body_frames(self, x, params) -> BodyFrames:
+        """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`)."""
+        X, V = self.split(x)
+        return from_quaternions(self.all_poses(X, params), self.all_rates(V), omega_body)
 
     def _moving_index(self):
         """Moving-body index of every body (``n`` for fixed ones: dropped by scatters)."""
