@@ -79,6 +79,9 @@ class FitResult:
                 "history": self.history, "wall_s": self.wall_s, "compile_s": self.compile_s}
 
 
+#: Most re-estimations of undeclared sensor noise (each followed by a fit stage); they
+#: stop when the estimate moves less than 5 %.
+REWEIGHT_ROUNDS = 4
 #: A continuation stage fits the unknowns whose sensitivity over its horizon is at least
 #: this fraction of their sensitivity over the whole records.
 STAGE_SENSITIVITY = 1e-2
@@ -277,10 +280,16 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
         z, r, J = stage(res, z, float(frac), max_iterations)
     groups = _noise_groups(known, columns, model)
     if len(groups) > 1 or (groups and known.any()):  # mixed units: weigh each by its own noise
-        w = _estimated_noise(w, groups, np.asarray(predictions(res, jnp.asarray(z))), y, mask)
-        res = eqx.tree_at(lambda r_: r_.weights, res, jnp.asarray(w))
         seen_full = None
-        z, r, J = stage(res, z, "reweighted", max_iterations)
+        for _ in range(REWEIGHT_ROUNDS):  # the first estimate carries the unweighted fit's error
+            w_new = _estimated_noise(w, groups, np.asarray(predictions(res, jnp.asarray(z))), y, mask)
+            settled = np.allclose(w_new, w, rtol=0.05)
+            w = w_new
+            res = eqx.tree_at(lambda r_: r_.weights, res, jnp.asarray(w))
+            if settled:
+                break
+            z, r, J = stage(res, z, "reweighted", max_iterations)
+        r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
 
     theta = np.asarray(res.natural(jnp.asarray(z)))
     scale = np.concatenate([np.where(lmask, theta, 1.0), np.ones(len(z) - p)])
