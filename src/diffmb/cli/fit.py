@@ -4,6 +4,7 @@ residual report per record and sensor, identifiability warnings."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .. import scenarios
@@ -55,7 +56,8 @@ def main(args) -> int:
         sensors = tuple(s for s in sensors if set(s.columns) & set(expected))
     res = fit(sc, records, params, sensors=sensors, overrides=parse_sets(args.sets),
               stabilization=args.stabilization, dt=st["dt"], solver=st["solver"], rtol=st["rtol"],
-              atol=st["atol"], shooting=args.shooting, max_iterations=args.iterations)
+              atol=st["atol"], shooting=args.shooting, max_iterations=args.iterations,
+              callback=None if args.quiet else _progress)
     obj = {"scenario": sc.name, "data": [str(p) for p in args.data],
            "sensors": [s.to_json() for s in sensors], **res.to_json()}
     lines = [f"{n:>16} = {res.params[n]:.8g} +- {res.stderr[n]:.2g}   (start {res.initial[n]:.6g})"
@@ -70,6 +72,11 @@ def main(args) -> int:
         lines.append(f"plot: {plot_fit(res, records, used, args.plot, title=sc.name)}")
     emit(args, obj, lines)
     return 0
+
+
+def _progress(k, cost, theta):
+    shown = ", ".join(f"{n} {v:.5g}" for n, v in list(theta.items())[:4])
+    print(f"iteration {k}: cost {cost:.4g}  {shown}{' ...' if len(theta) > 4 else ''}", file=sys.stderr, flush=True)
 
 
 def _angle_sensors(res, sensors):
