@@ -71,6 +71,24 @@ def test_fit_tape_spring_peak_moment_from_markers():
 
 
 @pytest.mark.slow
+def test_fit_deployment_latch_stiffness_and_damping_from_a_marker():
+    """A tape-spring deployment overshoots flat and strikes its latch 0.2 rad past flat
+    (smooth end stop, 0.01 rad switch): the latch's stiffness and Hunt-Crossley damping
+    from a 1.5x-off start, from one corner marker."""
+    sc = scenarios.get("fold-4panel")
+    truth = {"hinge": 1.0, "ts_damping": 0.05, "latch": 0.2, "stop_k": 20.0, "stop_c": 5.0, "stop_width": 0.01}
+    system, params, _ = sc.make(truth, None)
+    assert np.asarray(params["forcing"]["stop"]["lower"])[0] == -0.2  # theta_j folds to +pi
+    sensors = parse_sensors(SENSORS[:1], system)
+    data, tr = synth(sc, truth, sensors=sensors, t1=12.0, samples=121, seed=7)
+    assert np.asarray(tr.xs)[:, system.state_names.index("theta_j")].min() < -0.2  # it strikes
+    res = fit(sc, data, ["stop_k", "stop_c"], sensors=sensors, overrides={**truth, "stop_k": 30.0, "stop_c": 7.5})
+    for name in ("stop_k", "stop_c"):
+        assert abs(res.params[name] - truth[name]) < 0.02 * truth[name], (name, res.params)
+        assert abs(res.params[name] - truth[name]) < 3 * res.stderr[name], (name, res.params, res.stderr)
+
+
+@pytest.mark.slow
 def test_two_records_share_physics_with_their_own_start_times_and_nuisance():
     """Two deployments (the second released with a tip-off spin), each record started at
     an unknown time on its clock; a marker stuck 12 mm off its nominal place and a gyro

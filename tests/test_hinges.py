@@ -84,6 +84,27 @@ def test_stop_engages_only_beyond_the_limit():
     assert float(H.stop_torque(hi + 0.1, 0.0, lo, hi, k)) == pytest.approx(-k * 0.1)
 
 
+def test_smooth_stop_is_conservative_and_tends_to_the_exact_contact():
+    """The smooth switch (width w): torque = -dU/dtheta; within k w / 2 of the exact contact
+    torque everywhere (the smooth ramp differs from max(x, 0) by at most w log 2), and
+    derivatives with respect to every stop number stay finite when a limit is absent (inf)."""
+    lo, hi, k, c = -1.0, 2.0, 40.0, 3.0
+    th = jnp.linspace(-3.0, 4.0, 701)
+    for w in (0.05, 0.01, 0.002):
+        dU = jax.vmap(jax.grad(H.stop_energy), (0, None, None, None, None))(th, lo, hi, k, w)
+        tau = H.stop_torque(th, 0.0, lo, hi, k, 0.0, w)
+        np.testing.assert_allclose(tau, -dU, atol=1e-10)
+        gap = np.abs(np.asarray(tau - H.stop_torque(th, 0.0, lo, hi, k)))
+        assert gap.max() < k * w, (w, gap.max())
+        for thd in (-2.0, 2.0):  # the contact damping still only dissipates
+            damp = H.stop_torque(th, thd, lo, hi, k, c, w) - H.stop_torque(th, 0.0, lo, hi, k, 0.0, w)
+            assert np.all(np.asarray(damp) * thd <= 0)
+    f = lambda v: H.stop_torque(v[0], 0.3, -jnp.inf, v[1], v[2], v[3], v[4])  # noqa: E731
+    for x in (0.1, 0.25):
+        J = jax.jacfwd(f)(jnp.array([x, 0.2, 20.0, 5.0, 0.01]))
+        assert np.all(np.isfinite(np.asarray(J)))
+
+
 def test_hinge_structure_is_static_and_hashable():
     a = H.make_hinges((6, 7), 8, tape_spring=TAPE)
     b = H.make_hinges((6, 7), 8, tape_spring=dict(TAPE, K_flat=2.0))
@@ -175,3 +196,24 @@ def test_gradient_wrt_hinge_parameters_matches_finite_differences():
         fd = float((fp - fm) / (2 * h))
         assert float(g[i][0]) == pytest.approx(fd, rel=1e-5, abs=1e-9)
         assert abs(fd) > 1e-4  # the parameter matters over this horizon
+
+
+def test_latch_strike_conserves_energy_and_the_smooth_switch_integrates_better():
+    """fold-4panel with a tape spring and an undamped deployment latch 0.2 rad past flat:
+    the panel strikes the latch (theta_j < -0.2) and rebounds; the energy, with the
+    latch's stored energy, is conserved. RK4 at 1 ms keeps it to 1e-9 with a 0.01 rad
+    switch (measured 4.8e-10) against 5e-7 for the exact contact's kink."""
+    import diffmb
+    from diffmb import scenarios
+
+    sc = scenarios.get("fold-4panel")
+    drift = {}
+    for w in (0.01, 0.0):
+        v = {"hinge": 1.0, "latch": 0.2, "stop_k": 20.0, "stop_c": 0.0, "stop_width": w}
+        assert "energy" in sc.conserved(sc.resolve(v))
+        system, params, _ = sc.make(v, None)
+        tr = diffmb.simulate(system, params=params, t1=10.0, dt=1e-3, saveat=101)
+        assert np.asarray(tr.xs)[:, system.state_names.index("theta_j")].min() < -0.3
+        drift[w] = tr.summary()["energy"]["max_rel_change"]
+    assert drift[0.01] < 1e-8 and drift[0.0] < 1e-5
+    assert drift[0.01] < 0.1 * drift[0.0]

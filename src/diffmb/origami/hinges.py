@@ -61,7 +61,9 @@ Models (``theta`` is the hinge joint angle, ``tau`` the generalized force on it)
     i.e. a Hunt-Crossley contact: the damping ``c`` [N m s/rad^2] is proportional to the
     penetration, so the torque is continuous at the limit and purely dissipative
     (``-c d theta_dot^2 <= 0``). Exactly zero inside the limits. ``U_stop`` is C1
-    (its torque is continuous, its stiffness jumps at the limit).
+    (its torque is continuous, its stiffness jumps at the limit). With a switch width
+    ``w > 0`` the ramp ``max(x, 0)`` becomes ``w log(1 + e^{x/w})``: smooth to all orders,
+    so that a fit of ``k`` and ``c`` sees contact onset as a smooth function of them.
 
 Use::
 
@@ -81,6 +83,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -88,8 +91,9 @@ _LOG2 = float(np.log(2.0))
 _TANH1 = float(np.tanh(1.0))
 _SECH2_1 = float(1.0 - np.tanh(1.0) ** 2)
 
+_FAR = 1e6  # [rad]: farther than any hinge turns
 TAPE_KEYS = ("K_flat", "M_peak", "M_plateau", "M_peak_neg", "M_plateau_neg", "rest", "damping")
-STOP_KEYS = ("lower", "upper", "k", "c")
+STOP_KEYS = ("lower", "upper", "k", "c", "width")
 
 
 # ----------------------------------------------------------------- pure functions
@@ -145,21 +149,48 @@ def tape_spring_energy(u, K_flat, M_peak, M_plateau, M_peak_neg=None, M_plateau_
     return ml * tp * _logcosh(x) + A * tp * jnp.exp(0.5 * b) * (-jnp.expm1(-0.5 * b * x * x)) / b
 
 
-def stop_penetration(theta, lower, upper):
-    """Signed penetration: ``> 0`` beyond ``upper``, ``< 0`` below ``lower``, else 0."""
-    return jnp.maximum(theta - upper, 0.0) - jnp.maximum(lower - theta, 0.0)
+def _scaled(x, width):
+    # x is -inf beyond an absent limit; clipped first, so that a tangent of the width
+    # (0 * inf in d(x/w)) cannot make a NaN
+    w = jnp.where(width > 0, width, 1.0)
+    return jnp.clip(x, -_FAR, _FAR) / w, w
 
 
-def stop_energy(theta, lower, upper, k):
+def _ramp(x, width):
+    """``max(x, 0)``, or its smooth form ``w log(1 + e^{x/w})`` for a width ``w > 0``."""
+    xs, w = _scaled(x, width)
+    return jnp.where(width > 0, w * jnp.logaddexp(xs, 0.0), jnp.maximum(x, 0.0))
+
+
+def _ramp_slope(x, width):
+    xs, _ = _scaled(x, width)
+    return jnp.where(width > 0, jax.nn.sigmoid(xs), jnp.where(x > 0, 1.0, 0.0))
+
+
+def stop_penetration(theta, lower, upper, width=0.0):
+    """Signed penetration: ``> 0`` beyond ``upper``, ``< 0`` below ``lower``, else 0
+    (``width > 0``: the smooth switch, see :func:`stop_torque`)."""
+    return _ramp(theta - upper, width) - _ramp(lower - theta, width)
+
+
+def stop_energy(theta, lower, upper, k, width=0.0):
     """``1/2 k d^2`` with ``d`` the penetration beyond ``[lower, upper]`` (0 inside)."""
-    d = stop_penetration(theta, lower, upper)
+    d = stop_penetration(theta, lower, upper, width)
     return 0.5 * k * d * d
 
 
-def stop_torque(theta, theta_dot, lower, upper, k, c=0.0):
-    """``-k d - c |d| theta_dot`` (Hunt-Crossley): ``-dU/dtheta`` plus contact damping."""
-    d = stop_penetration(theta, lower, upper)
-    return -k * d - c * jnp.abs(d) * theta_dot
+def stop_torque(theta, theta_dot, lower, upper, k, c=0.0, width=0.0):
+    """``-k d d' - c |d| theta_dot`` (Hunt-Crossley): ``-dU/dtheta`` plus contact damping.
+
+    ``width = 0``: the exact one-sided contact (``d' = 1`` in contact). ``width > 0`` [rad]:
+    the penetration's ramp is replaced by ``w log(1 + e^{x/w})`` (a switch smooth to all
+    orders, like the tensegrity strings' ``slack_width``), so the motion, and a fit of
+    ``k`` and ``c``, depend smoothly on when contact begins; it adds ``k w^2 log^2 2 / 2``
+    of energy at the limit and vanishes as ``w -> 0``.
+    """
+    d = stop_penetration(theta, lower, upper, width)
+    slope = _ramp_slope(theta - upper, width) + _ramp_slope(lower - theta, width)
+    return -k * d * slope - c * jnp.abs(d) * theta_dot
 
 
 # ------------------------------------------------------------------------ factory
@@ -193,7 +224,7 @@ class HingeForces:
                                            f["M_peak_neg"], f["M_plateau_neg"]) - f["damping"] * thd
         if self.stops:
             s = forcing["stop"]
-            t_h = t_h + stop_torque(th, thd, s["lower"], s["upper"], s["k"], s["c"])
+            t_h = t_h + stop_torque(th, thd, s["lower"], s["upper"], s["k"], s["c"], s["width"])
         return jnp.zeros(self.nv, q.dtype).at[idx].set(t_h)
 
 
@@ -214,7 +245,7 @@ class HingePotential:
                                                f["M_peak_neg"], f["M_plateau_neg"]))
         if self.stops:
             s = forcing["stop"]
-            U = U + jnp.sum(stop_energy(th, s["lower"], s["upper"], s["k"]))
+            U = U + jnp.sum(stop_energy(th, s["lower"], s["upper"], s["k"], s["width"]))
         return U
 
 
@@ -255,11 +286,15 @@ def tape_spring_params(n: int, *, K_flat, M_peak, M_plateau, M_peak_neg=None, M_
     return {k: jnp.asarray(p[k]) for k in TAPE_KEYS}
 
 
-def stop_params(n: int, *, upper, lower=None, k, c=0.0) -> dict:
-    """Validated per-hinge stop arrays; ``lower`` defaults to ``-upper`` (``|theta| <= upper``)."""
+def stop_params(n: int, *, upper, lower=None, k, c=0.0, width=0.0) -> dict:
+    """Validated per-hinge stop arrays; ``lower`` defaults to ``-upper`` (``|theta| <= upper``);
+    ``width`` [rad]: 0 for the exact contact, > 0 for the smooth switch (:func:`stop_torque`)."""
     upper = _per_hinge("upper", upper, n)
     lower = -upper if lower is None else _per_hinge("lower", lower, n)
-    p = dict(lower=lower, upper=upper, k=_per_hinge("k", k, n), c=_per_hinge("c", c, n))
+    p = dict(lower=lower, upper=upper, k=_per_hinge("k", k, n), c=_per_hinge("c", c, n),
+             width=_per_hinge("width", width, n))
+    if np.any(p["width"] < 0):
+        raise ValueError("stops: width must be non-negative")
     if np.any(p["lower"] > p["upper"]):
         raise ValueError("stops: lower must not exceed upper")
     if np.any(p["k"] < 0) or np.any(p["c"] < 0):

@@ -22,6 +22,10 @@ the paper (linear springs, no stops):
 ``stop``        deployment stops at ``|theta| <= stop`` [rad] (0: none; ``pi``: no folding
                 past 180 degrees, cf. section 4.3.1)
 ``stop_k``, ``stop_c``  stop stiffness [N m/rad] and Hunt-Crossley damping [N m s/rad^2]
+``stop_width``  0: exact one-sided contact; > 0 [rad]: the smooth switch of that width
+``latch``       deployment latches: each folded hinge stops ``latch`` [rad] past flat, on
+                the side opposite its fold (stiffness ``stop_k``, damping ``stop_c``;
+                negative: none)
 ``spin``        the stowed package's rate about the root panel's normal at release [rad/s]
                 (a tip-off rate; a rigid rotation, so the closures hold)
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..origami import build, map_fold
@@ -136,10 +141,11 @@ def hinge_set(pattern, v):
                     M_peak_neg=r * v["ts_Mpeak"], M_plateau_neg=r * v["ts_Mplat"],
                     damping=v["ts_damping"])
     stops = None
-    if v["stop"] != 0.0:
-        if not (math.isfinite(v["stop"]) and v["stop"] > 0):
+    if v["stop"] != 0.0 or v["latch"] >= 0:
+        if v["stop"] != 0.0 and not (math.isfinite(v["stop"]) and v["stop"] > 0):
             raise ValueError(f"parameter 'stop' must be a positive angle in rad (0: none), got {v['stop']:g}")
-        stops = dict(upper=v["stop"], k=v["stop_k"], c=v["stop_c"])
+        limit = v["stop"] if v["stop"] != 0.0 else math.inf
+        stops = dict(upper=limit, lower=-limit, k=v["stop_k"], c=v["stop_c"], width=v["stop_width"])
     if tape is None and stops is None:
         return None
     # build() adds the free root (6 coordinates) then one revolute hinge per tree edge
@@ -166,6 +172,16 @@ def outlines(name, values=None):
     return info.panel_outlines
 
 
+def _latched(system, params, latch):
+    """Stop limits with each folded hinge's deployment latch: ``latch`` past flat, on the
+    side opposite its initial fold (a hinge folded to +pi latches at -latch)."""
+    stop = params["forcing"]["stop"]
+    sign = np.sign(np.asarray(params["q0"])[list(system.tau_fn.indices)])
+    lower = np.where(sign > 0, np.maximum(np.asarray(stop["lower"]), -latch), np.asarray(stop["lower"]))
+    upper = np.where(sign < 0, np.minimum(np.asarray(stop["upper"]), latch), np.asarray(stop["upper"]))
+    return {**stop, "lower": jnp.asarray(lower), "upper": jnp.asarray(upper)}
+
+
 def _maker(name):
     def make(v, stabilization):
         system, _ = _build(name, v, stabilization)
@@ -173,6 +189,8 @@ def _maker(name):
         # the stowed package's release rate about the root panel's normal: a rigid rotation,
         # so the closures' velocity constraints hold
         params["qd0"] = params["qd0"].at[2].set(v["spin"])
+        if v["latch"] >= 0:
+            params["forcing"] = {**params["forcing"], "stop": _latched(system, params, v["latch"])}
         return system, params
 
     return make
@@ -183,14 +201,16 @@ _4panel, _2x4, _3x3, _map = (_maker(n) for n in ("fold-4panel", "fold-2x4", "fol
 
 def _hinge_defaults(scale):
     return {"spin": 0.0, "hinge": 0.0, "ts_K": 10.0 * scale, "ts_Mpeak": 3.0 * scale, "ts_Mplat": 1.0 * scale,
-            "ts_asym": 1.0, "ts_damping": 0.0, "stop": 0.0, "stop_k": 100.0, "stop_c": 20.0}
+            "ts_asym": 1.0, "ts_damping": 0.0, "stop": 0.0, "stop_k": 100.0, "stop_c": 20.0,
+            "stop_width": 0.0, "latch": -1.0}
 
 
 def _conserved(values) -> tuple:
     """A free-floating fold conserves angular momentum; its energy too when no hinge
     damps: no viscous ``c``, no tape-spring damping (``hinge`` 1), no end-stop damping."""
     damped = (values.get("c", 0.0) != 0 or (values.get("hinge", 0.0) != 0 and values.get("ts_damping", 0.0) != 0)
-              or (values.get("stop", 0.0) != 0 and values.get("stop_c", 0.0) != 0))
+              or ((values.get("stop", 0.0) != 0 or values.get("latch", -1.0) >= 0)
+                  and values.get("stop_c", 0.0) != 0))
     return ("angular_momentum",) if damped else ("energy", "angular_momentum")
 
 
