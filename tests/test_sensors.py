@@ -10,10 +10,10 @@ import pytest
 
 import diffmb
 from diffmb import scenarios
-from diffmb.data import read_data, write_data
+from diffmb.data import read_data, state_units, write_data
 from diffmb.fit import synth
 from diffmb.integrate import states_at
-from diffmb.records import load_records, state_units
+from diffmb.records import load_records
 from diffmb.sensors import SensorModel, column_units, parse_sensors, read_sensors
 
 

@@ -23,6 +23,8 @@ SI_UNITS = {"length": {"m"}, "angle": {"rad"}, "none": {"", "1", "-"},
             "speed": {"m/s"}, "rate": {"rad/s"}, "nonerate": {"1/s"}, "accel": {"m/s^2"}}
 _UNIT = re.compile(r"^\s*([^\[\]]+?)\s*(?:\[\s*([^\]]*)\s*\])?\s*$")
 _ANY_SI = set().union(*SI_UNITS.values())
+#: The unit a file header gives each kind of coordinate.
+UNIT_OF_KIND = {"length": "m", "angle": "rad", "speed": "m/s", "rate": "rad/s"}
 
 
 @dataclass(frozen=True)
@@ -173,9 +175,8 @@ def write_data(path, data: Data, system=None, *, units=None, comments=()):
         np.savez(path, t=data.t, **{n: data.values[:, j] for j, n in enumerate(data.names)})
         return path
     kinds = unit_kinds(system) if system is not None else {}
-    unit = {"length": "m", "angle": "rad", "speed": "m/s", "rate": "rad/s"}
     extra = units or {}
-    head = ["t [s]"] + [f"{n} [{unit[kinds[n]]}]" if kinds.get(n) in unit else
+    head = ["t [s]"] + [f"{n} [{UNIT_OF_KIND[kinds[n]]}]" if kinds.get(n) in UNIT_OF_KIND else
                         (f"{n} [{extra[n]}]" if extra.get(n) else n) for n in data.names]
     with open(path, "w", newline="") as f:
         for line in comments:
@@ -187,26 +188,38 @@ def write_data(path, data: Data, system=None, *, units=None, comments=()):
     return path
 
 
-def read_overrides(path) -> dict:
-    """Per-record scenario values on ``# set: NAME=VALUE ...`` comment lines of a CSV
-    (the record's own initial fold, stowage, ...; shared parameters stay on the command)."""
+def state_units(system) -> dict:
+    """``{state name: unit}`` where the System tells (tree coordinates)."""
+    return {k: UNIT_OF_KIND.get(v) for k, v in unit_kinds(system).items()}
+
+
+def header_lines(path, key: str) -> list:
+    """``(row, text)`` of the CSV's ``# <key>: <text>`` comment lines (none for npz)."""
     path = os.fspath(path)
     if path.endswith(".npz") or not os.path.isfile(path):
-        return {}
-    out = {}
+        return []
+    out = []
     with open(path) as f:
         for i, line in enumerate(f, start=1):
             s = line.strip()
-            if not s.startswith("#") or not s[1:].strip().startswith("set:"):
-                continue
-            for tok in s[1:].strip()[4:].split():
-                k, eq, v = tok.partition("=")
-                try:
-                    out[k] = float(v)
-                except ValueError:
-                    eq = ""
-                if not eq or not k:
-                    raise ValueError(f"{path}: row {i}: '# set:' expects NAME=NUMBER pairs, got {tok!r}")
+            if s.startswith("#") and s[1:].strip().startswith(key + ":"):
+                out.append((i, s[1:].strip()[len(key) + 1:]))
+    return out
+
+
+def read_overrides(path) -> dict:
+    """Per-record scenario values on ``# set: NAME=VALUE ...`` comment lines of a CSV
+    (the record's own initial fold, stowage, ...; shared parameters stay on the command)."""
+    out = {}
+    for i, text in header_lines(path, "set"):
+        for tok in text.split():
+            k, eq, v = tok.partition("=")
+            try:
+                out[k] = float(v)
+            except ValueError:
+                eq = ""
+            if not eq or not k:
+                raise ValueError(f"{path}: row {i}: '# set:' expects NAME=NUMBER pairs, got {tok!r}")
     return out
 
 

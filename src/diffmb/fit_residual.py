@@ -63,8 +63,6 @@ class Unknowns:
                 bias.append(rest)
             else:
                 phys.append(n)
-        if not phys:
-            raise ValueError("no physical parameters to fit (give at least one scenario parameter)")
         return Unknowns(tuple(phys), tuple(offs), tuple(bias), t_off, tuple(labels))
 
     @property

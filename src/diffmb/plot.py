@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .data import unit_kinds
+from .sensors import UNITS
 
 MAX_LINES_PER_PANEL = 4
 MAX_PANELS = 4
@@ -197,7 +198,7 @@ def fit_figure(result, records, sensors, title: str | None = None):
                 measured = rec.data.values[:, rec.data.names.index(cols[j])]
                 line, = ax.plot(t, result.predictions[k, :n, j], lw=1.2, label=cols[j])
                 ax.plot(t, measured, ".", ms=2.5, color=line.get_color())
-            unit = {"marker": "m", "gyro": "rad/s", "accel": "m/s^2"}.get(s.kind, "")
+            unit = UNITS.get(s.kind, "")
             ax.set_ylabel(f"{s.name} [{unit}]" if unit else s.name, fontsize=8)
             if k == len(records) - 1:
                 _legend_outside(ax, len(js))

@@ -16,11 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .data import Data, read_data, read_overrides, unit_kinds
+from .data import Data, read_data, read_overrides, state_units
 from .sensors import Sensor, column_units, header_sensors, parse_sensors, read_sensors
-
-_UNIT = {"length": "m", "angle": "rad", "speed": "m/s", "rate": "rad/s"}
-
 
 @dataclass(frozen=True)
 class Record:
@@ -42,10 +39,6 @@ def as_records(data) -> list:
     if len(set(labels)) != len(labels):
         labels = [f"{lab}#{k + 1}" for k, lab in enumerate(labels)]
     return [Record(r.data, dict(r.overrides), lab) for r, lab in zip(recs, labels)]
-
-
-def state_units(system) -> dict:
-    return {k: _UNIT.get(v) for k, v in unit_kinds(system).items()}
 
 
 def resolve_sensors(system, records, sensors=None) -> tuple:

@@ -43,6 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .data import header_lines
+
 KINDS = ("marker", "gyro", "accel", "angle")
 AXES = ("x", "y", "z")
 #: Column units by sensor kind (``angle`` takes its coordinate's unit).
@@ -161,21 +163,12 @@ def read_sensors(path, system) -> tuple:
 
 def header_sensors(path) -> list:
     """Sensor declarations on ``# sensor: {...}`` comment lines of a CSV (dicts)."""
-    path = os.fspath(path)
-    if path.endswith(".npz") or not os.path.isfile(path):
-        return []
     out = []
-    with open(path) as f:
-        for i, line in enumerate(f, start=1):
-            s = line.strip()
-            if not s.startswith("#"):
-                continue
-            body = s[1:].strip()
-            if body.startswith("sensor:"):
-                try:
-                    out.append(json.loads(body[len("sensor:"):]))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: row {i}: sensor declaration is not valid JSON ({e.msg})") from None
+    for i, text in header_lines(path, "sensor"):
+        try:
+            out.append(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: row {i}: sensor declaration is not valid JSON ({e.msg})") from None
     return out
 
 

@@ -11,8 +11,7 @@ from .. import scenarios
 from ..data import default_columns
 from ..fit import fit
 from ..plot import plot_fit
-from ..records import Record, load_records
-from ..sensors import Sensor
+from ..records import Record, load_records, resolve_sensors
 from ._common import UsageError, check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings, system_of
 
 
@@ -68,7 +67,7 @@ def main(args) -> int:
                  f"{'converged' if res.converged else 'not converged'}; compile {res.compile_s:.1f} s, "
                  f"fit {res.wall_s:.1f} s")
     if args.plot:
-        used = sensors + tuple(_angle_sensors(res, sensors))
+        used = resolve_sensors(system, records, sensors)
         lines.append(f"plot: {plot_fit(res, records, used, args.plot, title=sc.name)}")
     emit(args, obj, lines)
     return 0
@@ -79,6 +78,3 @@ def _progress(k, cost, theta):
     print(f"iteration {k}: cost {cost:.4g}  {shown}{' ...' if len(theta) > 4 else ''}", file=sys.stderr, flush=True)
 
 
-def _angle_sensors(res, sensors):
-    have = {c for s in sensors for c in s.columns}
-    return [Sensor(c, "angle", coordinate=c) for c in res.columns if c not in have]

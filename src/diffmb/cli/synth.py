@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 from .. import scenarios
-from ..data import write_data
 from ..fit import synth
-from ..records import state_units
+from ..data import state_units, write_data
 from ..sensors import column_units, read_sensors
 from ._common import check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings, system_of
 
