@@ -22,7 +22,7 @@ import diffmb  # noqa: F401  (x64, XLA flags)
 import jax
 import jax.numpy as jnp
 
-from diffmb.scenarios.udwadia_kalaba import chain_pair
+from diffmb.scenarios.modular_spacecraft import chain_pair
 
 
 def timed(f, *args, reps, inner):

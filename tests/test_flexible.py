@@ -11,16 +11,17 @@ import pytest
 
 from diffmb import tree
 from diffmb.formulations import flexible as fx
-from diffmb.formulations import modal as md
+from diffmb.formulations.flexible import frame_modes as fe
+from diffmb.formulations.flexible import modal as md
 from diffmb.integrate import simulate
 from diffmb.model import ModelBuilder
 from diffmb.system import TreeSystem
 
-BETA = np.asarray(md.CANTILEVER_BETA_L)
+BETA = np.asarray(fe.CANTILEVER_BETA_L)
 
 
 def _beam(n_modes=3, stiff=1.0, zeta=0.0, n_el=8):
-    return md.cantilever_beam(1.5, n_el, 4.0 * stiff, 1.2, n_modes, EI2=6.0 * stiff, damping_ratio=zeta,
+    return fe.cantilever_beam(1.5, n_el, 4.0 * stiff, 1.2, n_modes, EI2=6.0 * stiff, damping_ratio=zeta,
                               rigid_mass=0.4, rigid_com=(0.1, 0.0, 0.0),
                               rigid_inertia=np.diag([0.02, 0.03, 0.04]))
 
@@ -47,7 +48,7 @@ def _joint_coords(system, x):
 # ------------------------------------------------------------------ modal data / FE
 def test_fe_cantilever_frequencies_within_half_percent():
     EI, mu, L = 3.0, 1.5, 2.0
-    data = md.cantilever_beam(L, 30, EI, mu, 3, EI2=1e3 * EI)  # stiff second plane: modes 1-3 bend along up
+    data = fe.cantilever_beam(L, 30, EI, mu, 3, EI2=1e3 * EI)  # stiff second plane: modes 1-3 bend along up
     w = data.frequencies()
     exact = BETA[:3] ** 2 * np.sqrt(EI / (mu * L**4))
     err = np.abs(w / exact - 1)
@@ -58,14 +59,14 @@ def test_fe_cantilever_frequencies_within_half_percent():
 
 def test_plate_grid_strip_matches_free_free_beam():
     D, rho, L, b = 2.0, 3.0, 4.0, 0.2
-    data = md.plate_grid(L, b, 40, 1, D, rho, 3)
-    exact = np.asarray(md.FREE_FREE_BETA_L[:3]) ** 2 * np.sqrt(D * b / (rho * b * L**4))
+    data = fe.plate_grid(L, b, 40, 1, D, rho, 3)
+    exact = np.asarray(fe.FREE_FREE_BETA_L[:3]) ** 2 * np.sqrt(D * b / (rho * b * L**4))
     assert np.all(np.abs(data.frequencies() / exact - 1) < 5e-3)
 
 
 def test_geometric_stiffness_is_southwell_coefficient():
     # spin about z of a cantilever along x: K_G = Omega^2 * 1.193 on the first mode (Southwell)
-    data = md.cantilever_beam(1.0, 30, 1.0, 1.0, 2, EI2=1e3)
+    data = fe.cantilever_beam(1.0, 30, 1.0, 1.0, 2, EI2=1e3)
     W = -np.diag([1.0, 1.0, 0.0])  # [w~]^2 for w = e_z
     KG = np.einsum("ab,abij->ij", W, data.geometric_stiffness)
     assert KG[0, 0] == pytest.approx(1.1933, rel=2e-3)
@@ -73,7 +74,7 @@ def test_geometric_stiffness_is_southwell_coefficient():
 
 def test_single_body_vibrates_at_cantilever_frequency():
     """A beam on a locked (prescribed) hinge: eta_1(t) = eta0 cos(w1 t) at the FE frequency."""
-    data = md.cantilever_beam(2.0, 30, 3.0, 1.5, 2, EI2=1e3 * 3.0)
+    data = fe.cantilever_beam(2.0, 30, 3.0, 1.5, 2, EI2=1e3 * 3.0)
     w1 = data.frequencies()[0]
     exact = BETA[0] ** 2 * np.sqrt(3.0 / (1.5 * 16.0))
     body = fx.FlexBody("beam", data, "world", "revolute", axis=(0, 0, 1), prescribed={0: lambda t, p: 0.0 * t},
@@ -168,7 +169,7 @@ def test_frozen_modes_reproduce_rigid_tree():
     q0 = [0.4, 0.3, -0.2, 0.1, -0.05, 0.2]
     # rigid qd: spherical takes the relative angular velocity in child axes = B^-1 sigma_dot
     sig = jnp.asarray([0.1, -0.05, 0.2])
-    w_rel = fx._binv(sig) @ jnp.asarray([0.3, 0.2, -0.1])
+    w_rel = fx.speeds.binv(sig) @ jnp.asarray([0.3, 0.2, -0.1])
     qd0 = np.r_[0.5, 0.6, -0.4, np.asarray(w_rel)]
     rig = TreeSystem(model, q0=q0, qd0=qd0)
     tr_r = simulate(rig, t1=0.5, dt=5e-4, saveat=11)
@@ -250,8 +251,8 @@ def test_free_floating_chain_conserves_momentum_with_prescribed_joint():
 
     def deformation_part(x):
         xc, u = s.split(x)
-        ws, _, poses = s._kinematics(xc, s._time(x), u, p)
-        return sum(poses[i][0].T @ fx._deformation_moment(p["bodies"][i]["I"], s._blocks(xc)[i][1], w)
+        ws, _, poses = s.kinematics(xc, s.clock_time(x), u, p)
+        return sum(poses[i][0].T @ fx.speeds.deformation_moment(p["bodies"][i]["I"], s.blocks(xc)[i][1], w)
                    for i, w in enumerate(ws))
 
     dh = jax.jit(jax.vmap(deformation_part))(tr.xs)

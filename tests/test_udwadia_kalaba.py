@@ -15,7 +15,7 @@ from diffmb import scenarios, simulate, spatial as sp
 from diffmb.cli import main
 from diffmb.formulations import potentials as pot
 from diffmb.formulations import udwadia_kalaba as uk
-from diffmb.scenarios import udwadia_kalaba as S
+from diffmb.scenarios import modular_spacecraft as S
 
 
 def _unit(rng, n):

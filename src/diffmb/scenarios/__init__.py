@@ -73,6 +73,14 @@ class Scenario:
                 raise ValueError(f"parameter {k!r} = {values[k]:g}: a {_kind(k)} cannot be negative")
         return values
 
+    def run_settings(self, *, t1=None, dt=None, solver=None, rtol=None, atol=None) -> dict:
+        """``t1, dt, solver, rtol, atol``: the given ones over this scenario's defaults.
+        The one place run settings are resolved (the CLI, the design tools and ``synth``
+        call it); callers validate what they take from users."""
+        pick = lambda v, default: default if v is None else v  # noqa: E731
+        return dict(t1=float(pick(t1, self.t1)), dt=pick(dt, self.dt), solver=solver or self.solver,
+                    rtol=float(pick(rtol, self.rtol)), atol=float(pick(atol, self.atol)))
+
     def make(self, overrides: dict | None = None, stabilization: str | None = None):
         """``(system, params, values)`` for this case (default stabilization if None)."""
         stabilization = self.stabilization if stabilization is None else stabilization
@@ -148,4 +156,6 @@ def get(name: str, *, closures=None, key=None) -> Scenario:
     return REGISTRY[name]
 
 
-from . import files, flexible, fourbar, kane, origami, pendulum, tensegrity, udwadia_kalaba  # noqa: E402,F401  (registers)
+# importing a scenario module registers its scenarios
+from . import (closed_mechanisms, files, flexible_spacecraft, fourbar, modular_spacecraft,  # noqa: E402,F401
+               origami, pendulum, tensegrity)

@@ -5,7 +5,7 @@
     notional square sail): a rigid hub (``hub_mass``, inertia ``diag(hub_ixx, hub_ixx,
     hub_izz)``) at the origin of the body frame, four booms of length ``boom_length`` along
     +x, +y, -x, -y (the sail plane is x-y, the normal z), clamped to the hub, each a
-    built-in Euler-Bernoulli FE cantilever (:func:`~diffmb.formulations.modal.frame_modes`,
+    built-in Euler-Bernoulli FE cantilever (:func:`~diffmb.formulations.flexible.frame_modes.frame_modes`,
     ``n_elements`` elements) with out-of-plane rigidity ``EI_out`` and in-plane rigidity
     ``EI_in``, boom mass ``boom_mu`` per metre. Membrane approximation: the square
     membrane (corners at the boom tips, area ``2 L^2``, areal density ``membrane_rho``) is
@@ -36,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..formulations import flexible as fx
-from ..formulations import modal as md
+from ..formulations.flexible import frame_modes as fe
+from ..formulations.flexible import modal as md
 from . import Scenario, register
 
 
@@ -71,7 +72,7 @@ def sail_modal(v) -> md.ModalData:
                                          "up": (0.0, 0.0, 1.0)}))
             prev = idx
     hub_I = np.diag([v["hub_ixx"], v["hub_ixx"], v["hub_izz"]])
-    return md.frame_modes(np.asarray(nodes), elements, np.asarray(mass), clamped=(0,), n_modes=44,
+    return fe.frame_modes(np.asarray(nodes), elements, np.asarray(mass), clamped=(0,), n_modes=44,
                           name="sail", damping_ratio=float(v["damping_ratio"]), node_names=names,
                           rigid_mass=float(v["hub_mass"]), rigid_inertia=hub_I)
 
@@ -97,7 +98,7 @@ def _sail(v, stabilization):
 
 
 def beam_body(v) -> md.ModalData:
-    return md.cantilever_beam(
+    return fe.cantilever_beam(
         float(v["length"]), int(round(v["n_elements"])), float(v["EI"]), float(v["mu"]), 10,
         name="beam", EI2=float(v["EI"]) * float(v["EI_ratio"]), damping_ratio=float(v["damping_ratio"]),
         rigid_mass=float(v["joint_mass"]), rigid_inertia=np.eye(3) * float(v["joint_inertia"]))
