@@ -52,3 +52,22 @@ def test_roles_are_checked_and_saved(tmp_path):
     np.testing.assert_array_equal(tr.role_columns("hinge"), [1])
     back, _ = Trajectory.load(tr.save(tmp_path / "t.npz"))
     assert back.roles == (("hinge", ("ankle",)),) and back.role_columns("hub_rate").size == 0
+
+
+def test_every_formulation_declares_roles_from_its_structure():
+    """Kane: revolute joints are hinges; flexible: revolute/Hooke angles, modal amplitudes
+    and the free root's body rate; Cartesian formulations: positions."""
+    crank, _, _ = scenarios.get("slider-crank").make({})
+    assert crank.coordinate_roles == {"hinge": ("theta1", "theta2")}          # s3 is prismatic
+    four, _, _ = scenarios.get("flex-4body").make({})
+    roles = four.coordinate_roles
+    assert roles["hinge"] == ("body3_theta1", "body3_theta2")                 # body2's is prescribed
+    assert roles["hub_rate"] == ("body1_wx", "body1_wy", "body1_wz")
+    assert len(roles["elastic"]) == 40 and roles["elastic"][0] == "body1_eta1"
+    customary, _, _ = scenarios.get("flex-4body").make({"speeds": 1})
+    assert "hub_rate" not in customary.coordinate_roles                      # MRP rates, not body rates
+    tbar, _, _ = scenarios.get("tbar").make({})
+    assert tbar.coordinate_roles == {"position": tbar.coordinate_names}
+    cubes, _, _ = scenarios.get("uk-hinged-cubes").make({})
+    pos = cubes.coordinate_roles["position"]
+    assert len(pos) == 3 * len(cubes.moving_bodies) and all(n[-2:] in ("_x", "_y", "_z") for n in pos)

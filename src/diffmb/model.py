@@ -110,6 +110,12 @@ class Model(eqx.Module):
         return tuple(names)
 
     @property
+    def hinge_coordinates(self) -> tuple:
+        """Coordinate names of the revolute joints (the ``hinge`` coordinate role)."""
+        return tuple(name for j, name in enumerate(self.joint_names)
+                     if self.joint_kinds[self.body_joint.index(j)] == "revolute")
+
+    @property
     def coordinate_names(self) -> tuple:
         """Names of the entries of ``q`` (public order)."""
         return self._names("", {

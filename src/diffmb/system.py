@@ -11,7 +11,8 @@ Every formulation in diffmb compiles down to a :class:`System`:
 ``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
 ``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
 ``coordinate_names``          the position-level subset of ``state_names``;
-``coordinate_roles``          the hinge angles and hub rate the design tools read;
+``coordinate_roles``          hinge angles, hub rate, elastic amplitudes, positions (the
+                              design tools read these roles, never name patterns);
 ``jump_times(params)``        times where ``vector_field`` jumps (discontinuous forcing), or
                               ``None``: adaptive solvers step exactly to them.
 
@@ -95,10 +96,12 @@ class System(eqx.Module):
 
     @property
     def coordinate_roles(self) -> dict:
-        """Roles the design tools read (time to flat, deployment loss, default data
-        columns, peak hub rate), declared by the system's builder rather than guessed
-        from names: ``{"hinge": coordinate names of the hinge angles, "hub_rate": the three
-        state names of the hub's body angular rate}``; a role not declared is absent."""
+        """Roles the design tools read (time to flat, deployment and vibration losses,
+        default data columns, peak hub rate), declared by the system's builder or derived
+        from its structure, never guessed from names: ``{"hinge": coordinate names of the
+        hinge angles, "hub_rate": the three state names of the hub's body angular rate,
+        "elastic": coordinate names of elastic (modal) amplitudes, "position": coordinate
+        names of Cartesian positions}``; a role not declared is absent."""
         return {k: tuple(v) for k, v in (getattr(self, "roles", None) or ())}
 
     def violation(self, x, params) -> dict:
@@ -123,7 +126,7 @@ STABILIZATIONS = ("none", "baumgarte", "projection")
 
 
 #: The coordinate roles a System may declare (see :attr:`System.coordinate_roles`).
-ROLES = ("hinge", "hub_rate")
+ROLES = ("hinge", "hub_rate", "elastic", "position")
 
 
 def declare_roles(system, roles) -> tuple:

@@ -16,6 +16,9 @@ Losses (``loss=``):
 ``"deploy"``  a deployment objective: ``int sum_i theta_i^2 dt / T`` over the hinge
     coordinates (distance from flat, a smooth stand-in for the time to reach flat) plus
     ``w_rate * relu(max |omega_hub| - rate_bound)^2`` (a bound on the peak hub rate);
+``"vibration"``  ``int sum_i eta_i^2 dt / T`` over the elastic (modal) coordinates: the
+    structural excitation of a manoeuvre, e.g. a flexible spacecraft's slew (Banerjee &
+    Lemak) shaped so its appendages ring least;
 or any callable ``loss(trajectory, params) -> scalar``.
 
 A run that diverges stops early (the divergence event); its loss is the part it ran plus
@@ -42,7 +45,7 @@ from .binding import Binding, resolve
 from .data import unit_kinds
 from .integrate import FIXED_SOLVERS, RunSettings
 
-LOSSES = ("violation", "deploy")
+LOSSES = ("violation", "deploy", "vibration")
 
 
 def _trapezoid(y, ts, valid):
@@ -86,29 +89,39 @@ def violation_loss(tr, params, *, w_velocity=1.0, w_energy=0.0, w_momentum=0.0):
     return out
 
 
-def hinge_columns(tr) -> np.ndarray:
-    """Columns of the hinge angles the system declares (its ``coordinate_roles``)."""
-    idx = tr.role_columns("hinge")
+def role_columns(tr, role, loss) -> np.ndarray:
+    """Columns of the coordinates the system declares in ``role`` (its ``coordinate_roles``)."""
+    idx = tr.role_columns(role)
     if not idx.size:
-        raise ValueError("the deploy loss needs hinge angles, and this system declares none "
-                         "(coordinate role 'hinge': the origami scenarios and pendulums declare them)")
+        raise ValueError(f"the {loss} loss needs coordinates of role {role!r}, and this system "
+                         f"declares none (roles: {sorted(dict(tr.roles))})")
     return idx
+
+
+def _mean_square(tr, idx):
+    """``int sum_i x_i^2 dt / T`` over the columns ``idx`` (the part of the run it reached)."""
+    valid = jnp.isfinite(tr.ts)
+    ts = jnp.where(valid, tr.ts, 0.0)
+    x = jnp.where(valid[:, None], tr.xs[:, idx], 0.0)
+    T = jnp.max(ts) - ts[0]
+    return _trapezoid(jnp.sum(x**2, -1), ts, valid) / jnp.maximum(T, 1e-12)
 
 
 def deploy_loss(tr, params, *, rate_bound=0.05, w_rate=100.0):
     """Distance from flat integrated over the run plus a penalty on the peak hub rate."""
     valid = jnp.isfinite(tr.ts)
-    ts = jnp.where(valid, tr.ts, 0.0)
-    idx = hinge_columns(tr)
-    th = jnp.where(valid[:, None], tr.xs[:, idx], 0.0)
-    T = jnp.max(ts) - ts[0]
-    out = _trapezoid(jnp.sum(th**2, -1), ts, valid) / jnp.maximum(T, 1e-12)
+    out = _mean_square(tr, role_columns(tr, "hinge", "deploy"))
     hub = tr.role_columns("hub_rate")
     if hub.size:  # free-flying hub: its body angular rate
         w = jnp.where(valid[:, None], tr.xs[:, hub], 0.0)
         peak = jnp.sqrt(jnp.max(jnp.sum(w**2, -1)) + 1e-30)
         out = out + w_rate * jax.nn.relu(peak - rate_bound) ** 2
     return out
+
+
+def vibration_loss(tr, params):
+    """Mean squared elastic amplitude over the run (see module doc)."""
+    return _mean_square(tr, role_columns(tr, "elastic", "vibration"))
 
 
 def named_loss(loss, **weights) -> Callable:
@@ -119,6 +132,8 @@ def named_loss(loss, **weights) -> Callable:
         return lambda tr, p: violation_loss(tr, p, **weights)
     if loss == "deploy":
         return lambda tr, p: deploy_loss(tr, p, **weights)
+    if loss == "vibration":
+        return lambda tr, p: vibration_loss(tr, p, **weights)
     raise ValueError(f"loss: unknown {loss!r}; expected one of {list(LOSSES)} or a callable")
 
 

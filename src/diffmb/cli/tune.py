@@ -1,4 +1,4 @@
-"""``diffmb tune SCENARIO --params a,b [--steps N] [--t1 S] [--loss violation|deploy] [--json PATH]``
+"""``diffmb tune SCENARIO --params a,b [--steps N] [--t1 S] [--loss violation|deploy|vibration] [--json PATH]``
 -> JSON ``{initial: {params, loss}, final: {params, loss}, history: [...]}``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 import sys
 
 from .. import scenarios
-from ..tune import tune
+from ..tune import LOSSES, tune
 from ._common import UsageError, check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings
 
 
@@ -18,7 +18,7 @@ def add_parser(sub):
     t.add_argument("--params", required=True, metavar="A,B", help="parameters to tune")
     t.add_argument("--steps", type=int, default=50, metavar="N", help="optimiser iterations")
     t.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (log space)")
-    t.add_argument("--loss", choices=("violation", "deploy"), default="violation")
+    t.add_argument("--loss", choices=LOSSES, default="violation")
     t.add_argument("--w-energy", type=float, default=0.0, help="weight on energy drift")
     t.add_argument("--w-momentum", type=float, default=0.0, help="weight on angular-momentum drift")
 

@@ -191,6 +191,18 @@ class CutJointSystem(System):
         return self.names
 
     @property
+    def coordinate_roles(self) -> dict:
+        """Hinges: the coordinates that move revolute joints only (through the
+        ``coordinate_map`` ``q_tree = P q`` when there is one)."""
+        tree = tuple(x for m in self.models for x in m.coordinate_names)
+        revolute = {x for m in self.models for x in m.hinge_coordinates}
+        is_rev = np.array([x in revolute for x in tree])
+        P = np.eye(len(tree)) if self.coordinate_map is None else np.asarray(self.coordinate_map)
+        hinges = tuple(nm for j, nm in enumerate(self.names)
+                       if np.any(P[:, j] != 0) and np.all(is_rev[P[:, j] != 0]))
+        return {"hinge": hinges} if hinges else {}
+
+    @property
     def reaction_labels(self) -> list:
         return [self.cuts.labels[i] for i in self.kept_rows]
 

@@ -103,6 +103,11 @@ class TensegritySystem(System):
         return self.state_names[: 3 * self.n_nodes]
 
     @property
+    def coordinate_roles(self) -> dict:
+        """Every coordinate is a node position (Cartesian formulation)."""
+        return {"position": self.coordinate_names}
+
+    @property
     def has_projection(self) -> bool:
         return self.stabilization == "projection"
 

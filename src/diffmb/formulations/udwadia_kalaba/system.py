@@ -63,6 +63,11 @@ class UKSystem(System):
         return self.state_names[: 7 * self.n]
 
     @property
+    def coordinate_roles(self) -> dict:
+        """Positions: each moving body's origin ``x, y, z`` (the quaternions are attitudes)."""
+        return {"position": tuple(f"{b}_{a}" for b in self.moving_bodies for a in "xyz")}
+
+    @property
     def has_projection(self) -> bool:
         return self.stabilization == "projection"
 
