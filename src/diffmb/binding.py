@@ -281,11 +281,10 @@ def resolve(scenario, names, overrides=None, stabilization=None, *, t1=None, dt=
 
 def run_options(scenario, *, t1=None, dt=None, solver=None, rtol=None, atol=None) -> dict:
     """Run options ``t1``, ``dt``, ``solver``, ``rtol``, ``atol``: the given ones, else the
-    scenario's (dopri5 and default tolerances for a bare Binding)."""
-    sc = None if isinstance(scenario, Binding) else scenario
-    pick = lambda v, attr, default: v if v is not None else (getattr(sc, attr) if sc else default)  # noqa: E731
-    settings = dict(t1=pick(t1, "t1", None), dt=pick(dt, "dt", None), solver=solver or pick(None, "solver", "dopri5"),
-                    rtol=float(pick(rtol, "rtol", 1e-8)), atol=float(pick(atol, "atol", 1e-10)))
-    if settings["t1"] is not None:
-        settings["t1"] = float(settings["t1"])
-    return settings
+    scenario's (:meth:`~diffmb.scenarios.Scenario.run_settings`); for a bare Binding,
+    dopri5 and default tolerances (``t1`` must then be given)."""
+    if not isinstance(scenario, Binding):
+        return scenario.run_settings(t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol)
+    pick = lambda v, default: default if v is None else v  # noqa: E731
+    return dict(t1=None if t1 is None else float(t1), dt=dt, solver=solver or "dopri5",
+                rtol=float(pick(rtol, 1e-8)), atol=float(pick(atol, 1e-10)))

@@ -422,18 +422,16 @@ def synth(scenario, overrides=None, *, stabilization=None, t1=None, dt=None, sol
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
     system, params, _ = scenario.make(overrides, stabilization)
-    t1 = float(t1 if t1 is not None else scenario.t1)
-    dt = dt if dt is not None else scenario.dt
-    solver = solver or scenario.solver
+    st = scenario.run_settings(t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol)
+    t1, dt, solver = st["t1"], st["dt"], st["solver"]
     if samples is None:
         samples = min(1001, max(2, int(round(t1 / 0.01)) + 1))
     ts = sample_times(t1, int(samples))
     if not (math.isfinite(t_offset) and 0 <= t_offset < t1):
         raise ValueError(f"t_offset must be in [0, t1) = [0, {t1:g}) s, got {t_offset:g}")
     tm = np.maximum(ts - t_offset, 0.0)
-    tr = simulate(system, t1=t1, dt=dt, params=params, solver=solver,
-                  rtol=rtol if rtol is not None else scenario.rtol,
-                  atol=atol if atol is not None else scenario.atol, saveat=tm)
+    tr = simulate(system, t1=t1, dt=dt, params=params, solver=solver, rtol=st["rtol"],
+                  atol=st["atol"], saveat=tm)
     if tr.status != "success":
         raise ValueError(f"synth: the run stopped early ({tr.message}); no data written")
     sensors = tuple(sensors or ())

@@ -81,18 +81,18 @@ def positive(name, v):
 
 def run_settings(args, sc) -> dict:
     """``t1, dt, solver, rtol, atol`` of a command: its options over the scenario's defaults
-    (the one place they are resolved; ``dt`` is ``None`` for adaptive solvers unless given)."""
-    solver = args.solver or sc.solver
-    t1 = positive("t1", args.t1 if args.t1 is not None else sc.t1)
-    dt = positive("dt", args.dt)
-    if dt is None and solver in FIXED_SOLVERS:
-        dt = float(sc.dt)
-    if dt is not None and dt > t1:
-        raise UsageError(f"--dt {dt:g} s is longer than the run (--t1 {t1:g} s): one step would "
+    (:meth:`~diffmb.scenarios.Scenario.run_settings`), checked; ``dt`` is ``None`` for
+    adaptive solvers unless given (the solver picks its first step)."""
+    for name in ("t1", "dt", "rtol", "atol"):
+        positive(name, getattr(args, name))
+    st = sc.run_settings(t1=args.t1, dt=args.dt, solver=args.solver, rtol=args.rtol, atol=args.atol)
+    positive("t1", st["t1"])
+    if args.dt is None and st["solver"] not in FIXED_SOLVERS:
+        st["dt"] = None
+    if st["dt"] is not None and st["dt"] > st["t1"]:
+        raise UsageError(f"--dt {st['dt']:g} s is longer than the run (--t1 {st['t1']:g} s): one step would "
                          f"span the whole motion; give a step well below t1")
-    return dict(t1=float(t1), dt=dt, solver=solver,
-                rtol=float(positive("rtol", args.rtol if args.rtol is not None else sc.rtol)),
-                atol=float(positive("atol", args.atol if args.atol is not None else sc.atol)))
+    return st
 
 
 def check_outputs(*, out_dir: Path | None = None, json_path: Path | None = None, files=()):
