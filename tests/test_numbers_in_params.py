@@ -1,0 +1,41 @@
+"""Numbers have one home: a System's evaluations read every number from ``params``.
+
+Systems may keep their default numbers (what ``default_params`` returns), but the vector
+field, the projection and the diagnostics must never read them: with every float array
+stored on the System replaced by NaN, each evaluation is unchanged, bit for bit. One
+scenario per formulation."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from diffmb import scenarios
+
+CASES = [("fold-4panel", {}), ("four-bar", {}), ("slider-crank", {}), ("slider-crank", {"formulation": "dae"}),
+         ("uk-hinged-cubes", {}), ("tbar", {}), ("solar-sail-slew", {"n_elements": 4}), ("flex-4body", {})]
+
+
+def _poison(system):
+    return jax.tree_util.tree_map(lambda a: a * jnp.nan if eqx.is_inexact_array(a) else a, system)
+
+
+@eqx.filter_jit
+def _evaluate(system, params, x):
+    return (system.state_derivative(0.3, x, params), system.project(x, params),
+            system.diagnostics(x, params))
+
+
+@pytest.mark.parametrize("name, overrides", CASES, ids=[f"{n}{'-' + '-'.join(o) if o else ''}" for n, o in CASES])
+def test_evaluations_read_numbers_only_from_params(name, overrides):
+    system, params, _ = scenarios.get(name).make(overrides)
+    x = system.init_state(params)
+    stored = [a for a in jax.tree_util.tree_leaves(system) if eqx.is_inexact_array(a)]
+    assert stored, "the check needs a System that stores its defaults"
+    clean, poisoned = _evaluate(system, params, x), _evaluate(_poison(system), params, x)
+    for a, b in zip(jax.tree_util.tree_leaves(clean), jax.tree_util.tree_leaves(poisoned)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.all(np.isfinite(np.asarray(clean[0])))
