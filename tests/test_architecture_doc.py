@@ -16,13 +16,15 @@ def _examples() -> dict:
     return dict(blocks)
 
 
-def test_the_worked_examples_run(monkeypatch):
+def test_the_worked_examples_run():
     examples = _examples()
     assert list(examples) == ["formulation", "scenario", "command"]
     for name, code in examples.items():
         assert len(code.strip().splitlines()) <= 60, name   # short enough to read at once
-    monkeypatch.setattr(scenarios, "REGISTRY", dict(scenarios.REGISTRY))  # the example registers one
     namespace = {}
-    for name, code in examples.items():
-        exec(compile(code, f"{DOC.name}:{name}", "exec"), namespace)
-    assert "spherical-pendulum" in scenarios.REGISTRY
+    try:
+        for name, code in examples.items():
+            exec(compile(code, f"{DOC.name}:{name}", "exec"), namespace)
+        assert "spherical-pendulum" in scenarios.REGISTRY
+    finally:
+        scenarios.REGISTRY.pop("spherical-pendulum", None)   # the example registers one

@@ -59,7 +59,7 @@ from .. import spatial as sp
 from .. import tree
 from ..formulations import kane
 from ..model import ModelBuilder
-from . import Scenario, conserves, register
+from .scenario import Scenario, conserves, register
 
 PAPER = "Madonna, closed-chain post-grasping with Kane's method"
 

@@ -16,7 +16,7 @@ from ..closed_chain import closed_system
 from ..mjcf_import import load_mjcf
 from ..system import TreeSystem
 from ..urdf import load_urdf
-from . import Scenario
+from .scenario import Scenario
 
 STABS = ("none", "baumgarte", "projection")
 

@@ -38,7 +38,7 @@ import numpy as np
 from ..formulations import flexible as fx
 from ..formulations.flexible import frame_modes as fe
 from ..formulations.flexible import modal as md
-from . import Scenario, register
+from .scenario import Scenario, register
 
 
 def _choice(v, key, options):

@@ -20,7 +20,7 @@ import numpy as np
 from ..constraints import make_closures
 from ..model import ModelBuilder
 from ..system import TreeSystem
-from . import Scenario, conserves, register
+from .scenario import Scenario, conserves, register
 
 A, B, C, D = 1.0, 2.5, 2.0, 2.2  # crank, coupler, rocker, ground
 M1, M2, M3 = 1.0, 2.0, 1.5

@@ -29,7 +29,7 @@ from ..formulations.udwadia_kalaba import UKBuilder
 from ..model import ModelBuilder
 from ..reconfig import JointSite, Problem
 from ..system import TreeSystem
-from . import Scenario, conserves, register
+from .scenario import Scenario, conserves, register
 
 
 def box_inertia(m, a, b, c):

@@ -46,7 +46,7 @@ from ..origami.fold import load_fold
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
 from ..origami.patterns import miura, scheel
-from . import Scenario, get, register
+from .scenario import REGISTRY, Scenario, register
 from .files import existing
 
 PAPER = "Fulton & Schaub, Acta Astronautica 2021"
@@ -167,7 +167,7 @@ def outlines(name, values=None):
     """``OrigamiInfo.panel_outlines`` of scenario ``name`` (``None`` if not an origami case)."""
     if name not in PATTERNS:
         return None
-    v = get(name).resolve(values)
+    v = REGISTRY[name].resolve(values)
     _, info = _build(name, v, "none")
     return info.panel_outlines
 

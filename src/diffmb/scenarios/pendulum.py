@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model import ModelBuilder
 from ..system import TreeSystem
-from . import Scenario, conserves, register
+from .scenario import Scenario, conserves, register
 
 
 def rod_inertia(mass: float, length: float, radius: float = 0.01) -> np.ndarray:

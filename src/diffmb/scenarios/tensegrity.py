@@ -48,7 +48,7 @@ import numpy as np
 from ..formulations import tensegrity as tg
 from ..integrate import simulate
 from ..system import System
-from . import Scenario, conserves, get, register
+from .scenario import REGISTRY, Scenario, conserves, register
 
 PAPER = "Hsu, Tadiparthi & Bhattacharya, tensegrity Lagrangian (2020)"
 STABS = ("none", "projection")
@@ -165,7 +165,7 @@ def tbar_minimal_error(t1, rtol, *, samples=1001, reference_rtol=1e-13):
     ``rtol``, direct + energy correction) and :class:`TBarMinimal` (dopri8 at
     ``reference_rtol``) at ``samples`` times over ``[0, t1]``; also returns node 3's x range
     (how far the T-bar swings)."""
-    system, params, v = get("tbar").make()
+    system, params, v = REGISTRY["tbar"].make()
     ts = np.linspace(0.0, t1, samples)
     tr = simulate(system, params=params, t1=t1, solver="dopri5", rtol=rtol, atol=rtol, saveat=ts)
     ref = TBarMinimal(v)
