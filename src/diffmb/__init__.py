@@ -25,7 +25,7 @@ from .tree import (
     potential_energy,
 )
 
-__version__ = "0.1.0"
+from ._config import __version__
 
 __all__ = [
     "assemble",

@@ -7,10 +7,15 @@
   the user already set ``XLA_FLAGS`` themselves. This only takes effect if it happens before
   JAX initialises its CPU backend, which importing diffmb first guarantees. Later jaxlibs
   dropped the flag (XLA aborts on an unknown flag), so it is set for jaxlib 0.10 only.
+
+It also holds the package version, so modules that record it (saved trajectories) need
+not import the package itself.
 """
 
 import os
 from importlib import metadata
+
+__version__ = "0.1.0"
 
 _FLAG = "--xla_cpu_use_fusion_emitters=false"
 

@@ -15,6 +15,8 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from ._config import __version__
+
 STATUS_CODES = {"success": 0, "event": 1, "diverged": 2, "max_steps": 3}
 STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
 FORMAT_VERSION = 1
@@ -143,8 +145,6 @@ class Trajectory(eqx.Module):
         """Write an npz (arrays + JSON metadata) atomically: a killed writer leaves the old file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        from . import __version__
-
         m = {
             "format": FORMAT_VERSION,
             "diffmb_version": __version__,

@@ -1,14 +1,10 @@
 """The paper's closed forms (mass matrix, gravity, string forces, constraints, stiffness),
-independent of the autodiff path: the test oracle of :mod:`.system`."""
+independent of the autodiff path: the test oracle of :mod:`.system`. Each takes the
+:class:`~.structure.Structure` ``s``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from .structure import Structure
 
 
 def _connectivity(members, n):
@@ -25,7 +21,7 @@ def _X(members, n, k, bar=False):
     return np.kron(row[None, :], np.eye(3))
 
 
-def closed_form_mass(s: Structure) -> np.ndarray:
+def closed_form_mass(s) -> np.ndarray:
     """``M = sum_k (m_k Xbar_k^T Xbar_k + I_k/l_k^2 X_k^T X_k) + sum m_p P_k^T P_k`` (eq. 10)."""
     n = s.n_nodes
     M = np.zeros((3 * n, 3 * n))
@@ -41,7 +37,7 @@ def closed_form_mass(s: Structure) -> np.ndarray:
     return M
 
 
-def closed_form_gravity(s: Structure) -> np.ndarray:
+def closed_form_gravity(s) -> np.ndarray:
     """``G^T = g^T (sum m_k Xbar_k + sum m_p P_k)`` (eq. 11)."""
     n = s.n_nodes
     G = np.zeros(3 * n)
@@ -52,7 +48,7 @@ def closed_form_gravity(s: Structure) -> np.ndarray:
     return G
 
 
-def closed_form_string_force(s: Structure, q) -> np.ndarray:
+def closed_form_string_force(s, q) -> np.ndarray:
     """``dV_s/dq^T = (sigma^T kron I) Y^T q = sum_k sigma_k Y_k^T Y_k q`` (eq. 18), sigma of eq. 13
     (zero for slack strings)."""
     q = np.asarray(q, float)
@@ -66,7 +62,7 @@ def closed_form_string_force(s: Structure, q) -> np.ndarray:
     return out
 
 
-def closed_form_constraints(s: Structure, q, qd):
+def closed_form_constraints(s, q, qd):
     """``(R_q, xi_2)``: eq. 25 and ``[0; 2 qd^T X_k^T X_k qd]`` (rigid bars)."""
     q, qd = np.asarray(q, float), np.asarray(qd, float)
     n = s.n_nodes
@@ -78,7 +74,7 @@ def closed_form_constraints(s: Structure, q, qd):
     return np.concatenate(rows, axis=0), np.concatenate(xi2)
 
 
-def closed_form_stiffness(s: Structure, q, compressible=True) -> np.ndarray:
+def closed_form_stiffness(s, q, compressible=True) -> np.ndarray:
     """``K_sys`` of section 3.2: ``sum_k sigma_k Y_k^T Y_k + K_k l_0k / |s_k|^3 (Y_k^T Y_k q)
     (Y_k^T Y_k q)^T`` over taut strings, plus the same with ``Psi_j = K_bj (1 - l_0j / l_j)``,
     ``K_bj = E A / l_0j``, over compressible bars (full coordinates)."""
