@@ -167,7 +167,7 @@ def test_kane_matrices(runs):
     eq. (6) is invertible, and the constrained Kane equations (eq. 4) hold."""
     system, params, tr = runs["kane"]
     x = tr.xs[20]
-    q, u, t = system.split(x)
+    q, u, t = system.unpack(x)
     k = eqx.filter_jit(lambda s, t, q, u, p: s.kane_matrices(t, q, u, p))(system, t, q, u, params)
     perm = np.asarray(k["perm"])
     C = np.asarray(system.constraint_jacobian(q, params))[:, perm]
@@ -216,7 +216,7 @@ def test_reactions_newton_third_law(runs):
     acc = eqx.filter_jit(lambda s, t, q, u, p: s.accelerations(t, q, u, p))
     for i in (0, 17, 33, 50):
         x = tr.xs[i]
-        q, u, t = system.split(x)
+        q, u, t = system.unpack(x)
         udot, lam, _ = acc(system, t, q, u, params)
         lam_saved = np.asarray(tr.diagnostics["reaction"][i])
         np.testing.assert_allclose(np.asarray(lam), lam_saved, rtol=1e-12)

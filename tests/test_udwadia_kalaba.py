@@ -95,7 +95,7 @@ def test_structured_solve_matches_literal_eq14_and_rows_match_autodiff():
     assert np.max(np.abs(f - lit.vector_field(0.0, x, p))) < 1e-9
     assert np.max(np.abs(f - ad.vector_field(0.0, x, p))) < 1e-10
     # every constraint's second time derivative vanishes along the computed motion (eq. 1)
-    X, V = system.split(x)
+    X, V = system.body_states(x)
     acc = f[7 * system.n:].reshape(system.n, 7)
 
     def phi(Xf):

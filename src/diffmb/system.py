@@ -94,6 +94,13 @@ class System(eqx.Module):
     def coordinate_names(self) -> tuple:
         return self.state_names
 
+    def split(self, x):
+        """``(coordinates, speeds)``: the position-level part of the state (one entry per
+        ``coordinate_names``) and as many speeds after it, in every formulation; what a
+        formulation keeps beyond them (a clock, the work of forces) follows."""
+        n = len(self.coordinate_names)
+        return x[:n], x[n:2 * n]
+
     @property
     def coordinate_roles(self) -> dict:
         """Roles the design tools read (time to flat, deployment and vibration losses,

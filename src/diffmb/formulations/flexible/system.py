@@ -117,10 +117,6 @@ class FlexibleSystem(System):
             out += js + tuple(f"{nm}{ms}{j + 1}" for j in range(self.n_modes[i]))
         return out
 
-    def split(self, x):
-        n = self.n_coords
-        return x[:n], x[n:2 * n]
-
     def blocks(self, v):
         off = self.offsets()
         out = []

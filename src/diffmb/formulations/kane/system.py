@@ -219,7 +219,8 @@ class CutJointSystem(System):
             parts.append(jnp.zeros(1, params["q0"].dtype))
         return jnp.concatenate(parts)
 
-    def split(self, x):
+    def unpack(self, x):
+        """``(q, u, t)``: coordinates, speeds and the clock (zero without one)."""
         n = self.n
         t = x[2 * n] if self.clock else jnp.zeros((), x.dtype)
         return x[:n], x[n: 2 * n], t
@@ -265,7 +266,7 @@ class CutJointSystem(System):
 
     def body_frames(self, x, params) -> BodyFrames:
         """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`), forest order."""
-        q, u, _ = self.split(x)
+        q, u, _ = self.unpack(x)
         return from_kinematics(self.workspace(q, u, params))
 
     def _tree_ws(self, ws, models):
@@ -383,7 +384,7 @@ class CutJointSystem(System):
         return jnp.zeros(6 * P, lam.dtype).at[np.asarray(self.kept_rows)].set(lam).reshape(P, 6)
 
     def state_derivative(self, t, x, params):
-        q, u, t = self.split(x)   # the clock is part of the state
+        q, u, t = self.unpack(x)   # the clock is part of the state
         udot = self.accelerations(t, q, u, params)[0]
         parts = [self.rates(q, u, params), udot]
         if self.clock:
@@ -407,7 +408,7 @@ class CutJointSystem(System):
 
     def project(self, x, params):
         """Mass-weighted projection onto ``Phi = 0`` then ``C u = 0``; MRP shadow switch."""
-        q, u, _ = self.split(x)
+        q, u, _ = self.unpack(x)
         if self.stabilization == "projection":
             rows = np.asarray(self.kept_rows)
 
@@ -434,7 +435,7 @@ class CutJointSystem(System):
 
     # ----------------------------------------------------------- diagnostics
     def violation(self, x, params):
-        q, u, _ = self.split(x)
+        q, u, _ = self.unpack(x)
         ws = self.workspace(q, u, params)
         loops = self._loops(params)
         rows = np.asarray(self.kept_rows)
@@ -450,7 +451,7 @@ class CutJointSystem(System):
                    for m, w, a in zip(models, self._tree_ws(ws, models), qt))
 
     def diagnostics(self, x, params):
-        q, u, t = self.split(x)
+        q, u, t = self.unpack(x)
         models = params["models"]
         udot, lam, info = self.accelerations(t, q, u, params)
         out = {"energy": self.energy(q, u, params), "reaction": lam,

@@ -111,7 +111,8 @@ class TensegritySystem(System):
     def has_projection(self) -> bool:
         return self.stabilization == "projection"
 
-    def split(self, x):
+    def unpack(self, x):
+        """``(q, qd, W_f)``: node positions, velocities and the work of the forces."""
         n3 = 3 * self.n_nodes
         return x[:n3], x[n3:2 * n3], x[2 * n3]
 
@@ -306,7 +307,7 @@ class TensegritySystem(System):
         return Rb, xi2
 
     def state_derivative(self, t, x, params):
-        q, qd, _ = self.split(x)
+        q, qd, _ = self.unpack(x)
         qdd, _ = self.accelerations(t, q, qd, params)
         wdot = jnp.dot(self.nonconservative_force(t, q, qd, params), qd)  # eq. 37
         return jnp.concatenate([qd, qdd, wdot[None]])
@@ -368,20 +369,20 @@ class TensegritySystem(System):
     def project(self, x, params):
         if self.stabilization != "projection":
             return x
-        q, qd, W = self.split(x)
+        q, qd, W = self.unpack(x)
         q, qd, W = self.correct(q, qd, W, params)
         return jnp.concatenate([q, qd, jnp.reshape(W, (1,))])
 
     # ------------------------------------------------------------------ outputs
     def diagnostics(self, x, params):
-        q, qd, W = self.split(x)
+        q, qd, W = self.unpack(x)
         E = self.energy(q, qd, params)
         return {"energy": E - W, "mechanical_energy": E, "work": W,
                 "bar_length": _safe_norm(self._vec(q.reshape(-1, 3), self.bars))
                 if self.bars else jnp.zeros(0, q.dtype)}
 
     def violation(self, x, params):
-        q, qd, W = self.split(x)
+        q, qd, W = self.unpack(x)
         A = params["A_lin"]
         pos = [A @ q - params["b_lin"]]
         vel = [A @ qd]

@@ -79,7 +79,8 @@ class UKSystem(System):
     def n_rows(self) -> int:
         return sum(JOINT_ROWS[k] * len(names) for k, names, _, _ in self.joints) + sum(self.user_rows)
 
-    def split(self, x):
+    def body_states(self, x):
+        """``(X, V)``, one row per moving body: ``[r, q]`` and ``[v, q_dot]``."""
         n7 = 7 * self.n
         return x[:n7].reshape(self.n, 7), x[n7:].reshape(self.n, 7)
 
@@ -98,7 +99,7 @@ class UKSystem(System):
 
     def body_frames(self, x, params) -> BodyFrames:
         """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`)."""
-        X, V = self.split(x)
+        X, V = self.body_states(x)
         return from_quaternions(self.all_poses(X, params), self.all_rates(V), omega_body)
 
     def _moving_index(self):
@@ -282,7 +283,7 @@ class UKSystem(System):
         return (jnp.linalg.pinv(lhs) @ jnp.concatenate([F, b])).reshape(self.n, 7)
 
     def state_derivative(self, t, x, params):
-        X, V = self.split(x)
+        X, V = self.body_states(x)
         acc, _ = self.accelerations(t, X, V, params)
         return jnp.concatenate([V.reshape(-1), acc.reshape(-1)])
 
@@ -297,7 +298,7 @@ class UKSystem(System):
         return _uk_project(self, x, params)
 
     def _project(self, x, params):
-        X, V = self.split(x)
+        X, V = self.body_states(x)
         zeroV = jnp.zeros_like(V)
         for _ in range(self.projection_iterations):
             X = self._normalize(X)
@@ -339,7 +340,7 @@ class UKSystem(System):
         return jnp.sum(lin, 0), jnp.sum(ang, 0)
 
     def diagnostics(self, x, params):
-        X, V = self.split(x)
+        X, V = self.body_states(x)
         T = self.kinetic_energy(X, V, params)
         U = self.potential(X, params)
         lin, ang = self.momentum(X, V, params)
@@ -347,7 +348,7 @@ class UKSystem(System):
                 "linear_momentum": lin, "angular_momentum": ang}
 
     def violation(self, x, params):
-        X, V = self.split(x)
+        X, V = self.body_states(x)
         q, qd = X[:, 3:], V[:, 3:]
         A, _, phi = self._joint_blocks(X, jnp.zeros_like(V), params)
         pos = jnp.abs(jnp.sum(q * q, -1) - 1.0)
@@ -371,7 +372,7 @@ class UKSystem(System):
 
     def sensor_state(self, x, params):
         """World positions ``(S, 3)`` and unit face normals ``(S, 3)`` of every sensor."""
-        X, _ = self.split(x)
+        X, _ = self.body_states(x)
         P = self.all_poses(X, params)
         idx = np.asarray([s[1] for s in self.sensors], int)
         Qn = dcm_NB(P[idx, 3:])
@@ -428,7 +429,7 @@ class UKSystem(System):
         (used to lock a joint site wherever it is)."""
         if "fixed" not in params["joints"]:
             return params
-        X, _ = self.split(jnp.asarray(x))
+        X, _ = self.body_states(jnp.asarray(x))
         P = self.all_poses(X, params)
         (_, _, iB, iC), = [j for j in self.joints if j[0] == "fixed"]
         ib, ic = np.asarray(iB, int), np.asarray(iC, int)

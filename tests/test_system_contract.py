@@ -1,9 +1,13 @@
-"""Numbers have one home: a System's evaluations read every number from ``params``.
+"""The System contract across formulations, one scenario each.
+
+Numbers have one home: a System's evaluations read every number from ``params``.
 
 Systems may keep their default numbers (what ``default_params`` returns), but the vector
 field, the projection and the diagnostics must never read them: with every float array
-stored on the System replaced by NaN, each evaluation is unchanged, bit for bit. One
-scenario per formulation."""
+stored on the System replaced by NaN, each evaluation is unchanged, bit for bit.
+
+The state splits the same way everywhere: ``split(x)`` is ``(coordinates, speeds)``, the
+coordinates named by ``coordinate_names``, their speeds right after them."""
 
 from __future__ import annotations
 
@@ -39,3 +43,16 @@ def test_evaluations_read_numbers_only_from_params(name, overrides):
     for a, b in zip(jax.tree_util.tree_leaves(clean), jax.tree_util.tree_leaves(poisoned)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert np.all(np.isfinite(np.asarray(clean[0])))
+
+
+@pytest.mark.parametrize("name, overrides", CASES, ids=[f"{n}{'-' + '-'.join(o) if o else ''}" for n, o in CASES])
+def test_split_is_coordinates_then_their_speeds(name, overrides):
+    system, params, _ = scenarios.get(name).make(overrides)
+    x = np.asarray(system.init_state(params))
+    names = system.state_names
+    q, v = map(np.asarray, system.split(x))
+    n = len(system.coordinate_names)
+    assert names[:n] == system.coordinate_names and q.shape == v.shape == (n,)
+    np.testing.assert_array_equal(q, x[:n])
+    np.testing.assert_array_equal(v, x[n:2 * n])
+    assert len(names) >= 2 * n
