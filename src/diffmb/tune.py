@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from . import scenarios
 from .binding import Binding, resolve
 from .data import unit_kinds
 from .integrate import FIXED_SOLVERS, RunSettings
@@ -240,7 +241,9 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
-    :class:`~diffmb.binding.Binding`. Run settings default to the scenario's. ``log``:
+    :class:`~diffmb.binding.Binding`. Run settings default to the scenario's, and so does
+    ``stabilization``, except that tuning one of the scenario's Baumgarte ``gains`` runs
+    with ``baumgarte``. ``log``:
     names optimised in log space (default: every name whose initial value is >= 0).
     Early stop when the best loss has not improved by ``min_rel_improvement`` for
     ``patience`` iterations. ``callback(i, loss, params_dict)`` is called every iteration.
@@ -248,7 +251,10 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     ``stopped = "floor"``, as soon as the loss is at or below :func:`integrator_floor` —
     at once, without iterating, when the starting values already are.
     """
-    if stabilization is None and {"a", "b"} & set(names):
+    if isinstance(scenario, str):
+        scenario = scenarios.get(scenario)
+    gains = set(getattr(scenario, "gains", ()))   # a Scenario declares them; a Binding is bound already
+    if stabilization is None and gains & set(names) and "baumgarte" in scenario.stabilizations:
         stabilization = "baumgarte"
     b, st = resolve(scenario, names, overrides, stabilization, t1=t1, dt=dt, solver=solver,
                     rtol=rtol, atol=atol)

@@ -45,6 +45,9 @@ class Scenario:
     #: that the physics conserves with these values; a run's jumps in them are flagged
     #: (:mod:`diffmb.health`). Default: none (damped, driven or controlled cases).
     conserved: Callable = field(default=lambda values: ())
+    #: the parameters that are Baumgarte gains (``params["baumgarte"]``): tuning one of
+    #: them runs with stabilization ``baumgarte`` unless another is asked for
+    gains: tuple = ("a", "b")
     #: ``reconfiguration(overrides) -> diffmb.reconfig.Problem``: the scenario's
     #: reconfiguration-graph problem (``diffmb reconfig``), or ``None``.
     reconfiguration: Callable | None = None
