@@ -36,7 +36,7 @@ def _chain(speeds="efficient", method="recursive", freeze=False, beam=None, grav
                     q0=[0.3, -0.2], u0=[0.6, -0.4], eta0=[0.0, 0.01, 0.0]),
         fx.FlexBody("b3", beam, "b2", "spherical", hinge="tip", q0=[0.1, -0.05, 0.2], u0=[0.3, 0.2, -0.1]),
     ]
-    return fx.build_flexible(bodies, speeds=speeds, method=method, gravity=gravity, freeze_modes=freeze)
+    return fx.build(bodies, speeds=speeds, method=method, gravity=gravity, freeze_modes=freeze)
 
 
 def _joint_coords(system, x):
@@ -79,7 +79,7 @@ def test_single_body_vibrates_at_cantilever_frequency():
     exact = BETA[0] ** 2 * np.sqrt(3.0 / (1.5 * 16.0))
     body = fx.FlexBody("beam", data, "world", "revolute", axis=(0, 0, 1), prescribed={0: lambda t, p: 0.0 * t},
                        eta0=[1e-3, 0.0])
-    s = fx.build_flexible([body])
+    s = fx.build([body])
     T = 2 * np.pi / w1
     tr = simulate(s, t1=T, dt=T / 400, saveat=np.array([0.0, T / 2, T]))
     eta = np.asarray(tr["beam_eta1"])
@@ -114,10 +114,10 @@ def test_modal_file_roundtrip_and_bad_data(tmp_path):
     with pytest.raises(ValueError, match="not found"):
         md.load_modal(tmp_path / "missing.npz")
     with pytest.raises(ValueError, match=r"body 'b2': hinge on parent 'b1': .*unknown node 'nope'"):
-        fx.build_flexible([fx.FlexBody("b1", data, "world", "revolute"),
+        fx.build([fx.FlexBody("b1", data, "world", "revolute"),
                            fx.FlexBody("b2", data, "b1", "revolute", hinge="nope")])
     with pytest.raises(ValueError, match=r"body 'b2': Hooke joint axes must be perpendicular"):
-        fx.build_flexible([fx.FlexBody("b1", data, "world", "revolute"),
+        fx.build([fx.FlexBody("b1", data, "world", "revolute"),
                            fx.FlexBody("b2", data, "b1", "universal", hinge="tip", axis=(1, 0, 0),
                                        axis2=(1, 1, 0))])
 
@@ -189,7 +189,7 @@ def test_prescribed_motion_load_matches_rigid_inverse_dynamics():
         fx.FlexBody("b2", beam, "b1", "universal", hinge="tip", axis=(0, 0, 1), axis2=(0, 1, 0),
                     prescribed={0: prof(0.4, 3.0), 1: prof(-0.3, 2.5)}),
     ]
-    s = fx.build_flexible(bodies, speeds="efficient")
+    s = fx.build(bodies, speeds="efficient")
     ts = np.linspace(0.4, 1.0, 4)
     tr = simulate(s, t1=1.0, dt=2e-4, saveat=ts)
     loads = np.asarray(tr.diagnostics["load"])
@@ -238,7 +238,7 @@ def test_free_floating_chain_conserves_momentum_with_prescribed_joint():
         fx.FlexBody("b2", data, "b1", "revolute", hinge="tip", axis=(0, 0, 1), prescribed={0: slew},
                     eta0=-0.03 * np.ones(6)),
     ]
-    s = fx.build_flexible(bodies, geometric_stiffening=True,
+    s = fx.build(bodies, geometric_stiffening=True,
                           prescribed_params={"b2": {"A": jnp.asarray(1.0), "T": jnp.asarray(1.0)}})
     tr = simulate(s, t1=0.6, dt=1e-3, saveat=4)
     h = np.asarray(tr.diagnostics["angular_momentum"])

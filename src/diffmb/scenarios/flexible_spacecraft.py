@@ -90,7 +90,7 @@ def _sail(v, stabilization):
     body = fx.FlexBody("sail", data, "world", "free")
     forcing = {"torque": jnp.asarray(float(v["torque"])), "t_switch": jnp.asarray(float(v["t_switch"])),
                "axis": jnp.asarray(axis / np.linalg.norm(axis))}
-    system = fx.build_flexible(
+    system = fx.build(
         [body], speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
         geometric_stiffening=bool(v["geometric_stiffening"]), torque_fn=_bang_bang, forcing=forcing,
         outputs=(("tip_px", "sail", "tip_px"), ("tip_py", "sail", "tip_py")))
@@ -120,7 +120,7 @@ def _four(v, stabilization):
                     u0=[float(v["rate3"]), -float(v["rate3"])]),
         fx.FlexBody("body4", data, "body3", "spherical", hinge="tip", u0=[float(v["rate4"]), 0.0, 0.0]),
     ]
-    system = fx.build_flexible(
+    system = fx.build(
         bodies, speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
         geometric_stiffening=bool(v["geometric_stiffening"]),
         prescribed_params={"body2": {"A": jnp.asarray(float(v["slew_angle"])), "T": jnp.asarray(float(v["slew_time"]))}},

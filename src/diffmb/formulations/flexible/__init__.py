@@ -107,12 +107,12 @@ Modules: :mod:`.modal` (modal data of one body) and :mod:`.frame_modes` (its bea
 plate finite-element models), :mod:`.body` (the body description), :mod:`.speeds` (eq. 2
 and the per-body inertia terms), :mod:`.system` (the tree: layout, kinematics, energy),
 :mod:`.forces` (generalized active forces and the per-body speed maps), :mod:`.solve`
-(the recursive and dense solutions), :mod:`.build` (validation and the initial state).
+(the recursive and dense solutions), :mod:`.builder` (validation and the initial state).
 """
 
 from .body import JOINT_DOF, METHODS, SPEEDS, FlexBody
-from .build import build_flexible, customary_to_speeds
+from .builder import build, customary_to_speeds
 from .system import FlexibleSystem
 
-__all__ = ["JOINT_DOF", "METHODS", "SPEEDS", "FlexBody", "FlexibleSystem", "build_flexible",
+__all__ = ["JOINT_DOF", "METHODS", "SPEEDS", "FlexBody", "FlexibleSystem", "build",
            "customary_to_speeds"]

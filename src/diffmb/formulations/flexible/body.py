@@ -13,7 +13,7 @@ METHODS = ("recursive", "dense")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FlexBody:
-    """One flexible body of the tree (plain Python; validated by :func:`build_flexible`).
+    """One flexible body of the tree (plain Python; validated by :func:`~diffmb.formulations.flexible.builder.build`).
 
     ``joint``: ``free`` (root only), ``revolute``, ``universal`` (Hooke) or ``spherical``.
     ``hinge``: node (index or name) of the parent's modal data where the joint sits

@@ -22,7 +22,7 @@ from .speeds import binv, deformation_moment, gyro, qdot_modal, s_from_qdot
 
 
 class FlexibleSystem(System):
-    """A tree of flexible bodies (see module docstring). Build with :func:`build_flexible`."""
+    """A tree of flexible bodies (see module docstring). Build with :func:`~diffmb.formulations.flexible.builder.build`."""
 
     params0: dict
     parents: tuple = eqx.field(static=True)

@@ -19,7 +19,7 @@ def _unit(v, what):
     return v / np.linalg.norm(v)
 
 
-def build_flexible(bodies, *, speeds="efficient", method="recursive", gravity=(0.0, 0.0, 0.0),
+def build(bodies, *, speeds="efficient", method="recursive", gravity=(0.0, 0.0, 0.0),
                    geometric_stiffening=False, torque_fn=None, forcing=None, prescribed_params=None,
                    outputs=(), freeze_modes=False) -> FlexibleSystem:
     """Validate ``bodies`` (list of :class:`FlexBody`, parents first) and build the System.
