@@ -36,6 +36,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from . import joints as jt
 from . import spatial as sp
 from .closed_chain import assemble
 from .closures import jacobian, loop_closures, position_residual
@@ -145,7 +146,7 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
             else:
                 jpos, jrot = anchor - prev_anchor, np.eye(3)
             dof = int(m.jnt_dofadr[j])
-            nd = {"free": 6, "spherical": 3}.get(kind, 1)
+            nd = jt.NV[kind]
             limited = bool(m.jnt_limited[j]) and kind in ("revolute", "prismatic")
             b.add_body(body, up, kind, joint_name=jname, axis=m.jnt_axis[j] if nd == 1 else (0, 0, 1),
                        pos=jpos, rot=jrot,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from ... import joints as jt
 from .modal import ModalData
 
-JOINT_DOF = {"free": 6, "revolute": 1, "universal": 2, "spherical": 3}
+#: the joint kinds a flexible tree takes, with their DOF (the tree's vocabulary, :mod:`diffmb.joints`)
+JOINT_DOF = {k: jt.NV[k] for k in ("free", "revolute", "universal", "spherical")}
 SPEEDS = ("efficient", "customary")
 METHODS = ("recursive", "dense")
 
