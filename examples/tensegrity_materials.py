@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmb import scenarios, simulate
-from diffmb.formulations import tensegrity_linear as tl
+from diffmb.formulations.tensegrity import linear as tl
 
 
 def rms_deflection(system, params, t1, n=501):

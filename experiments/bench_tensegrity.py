@@ -40,7 +40,7 @@ import numpy as np
 
 from diffmb import scenarios, simulate
 from diffmb.integrate import ProjectedSolver
-from diffmb.formulations import tensegrity_linear as tl
+from diffmb.formulations.tensegrity import linear as tl
 from diffmb.scenarios.tensegrity import tbar_elastic, tbar_minimal_error
 
 OUT = Path(__file__).resolve().parent.parent / "out" / "bench_tensegrity.json"

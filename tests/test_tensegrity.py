@@ -13,7 +13,7 @@ import pytest
 from diffmb import scenarios, simulate
 from diffmb.cli import main
 from diffmb.formulations import tensegrity as tg
-from diffmb.formulations import tensegrity_linear as tl
+from diffmb.formulations.tensegrity import linear as tl
 from diffmb.scenarios.tensegrity import (TBAR_BARS, TBAR_FIXED, TBAR_STRINGS, ball_geometry,
                                          tbar_elastic, tbar_minimal_error, tbar_nodes)
 

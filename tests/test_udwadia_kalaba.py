@@ -13,7 +13,7 @@ import pytest
 
 from diffmb import scenarios, simulate, spatial as sp
 from diffmb.cli import main
-from diffmb.formulations import potentials as pot
+from diffmb.formulations.udwadia_kalaba import potentials as pot
 from diffmb.formulations import udwadia_kalaba as uk
 from diffmb.scenarios import modular_spacecraft as S
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import scenarios
 from ..formulations.tensegrity import TensegritySystem
-from ..formulations.tensegrity_linear import linearize_report
+from ..formulations.tensegrity.linear import linearize_report
 from ._common import UsageError, check_outputs, one_line_errors, parse_sets, scenario_args, table, write_json
 
 
@@ -18,7 +18,7 @@ def add_parser(sub):
         "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
     scenario_args(lz)
     lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
-    # checked by tensegrity_linear.io_matrices (one list of names; an unknown one exits 2)
+    # checked by tensegrity.linear.io_matrices (one list of names; an unknown one exits 2)
     lz.add_argument("--inputs", default="force_densities", metavar="force_densities|forces",
                     help="norm inputs: string/bar force densities (the paper's B_u) or node forces (B_f)")
     lz.add_argument("--outputs", default="state", metavar="state|positions",

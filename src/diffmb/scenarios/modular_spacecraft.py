@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import spatial as sp
 from .. import tree
-from ..formulations import potentials as pot
+from ..formulations.udwadia_kalaba import potentials as pot
 from ..formulations.udwadia_kalaba import UKBuilder
 from ..model import ModelBuilder
 from ..reconfig import JointSite, Problem
@@ -164,7 +164,7 @@ def hinged_cubes(v=None, stabilization="projection"):
     +x side (configuration A, centre at ``(s + gap, 0, 0)``) and is held by a flux-pinned,
     non-contacting hinge: a revolute joint about z through ``c1``'s centre (so ``c2``
     swings around ``c1`` at a constant standoff, faces square to ``c1`` every 90 deg). Two
-    selectable flux-pinning wells (:class:`~diffmb.formulations.potentials.FluxPinningWell`,
+    selectable flux-pinning wells (:class:`~diffmb.formulations.udwadia_kalaba.potentials.FluxPinningWell`,
     with their damping): ``well_px`` holds ``c2``'s inner face across the gap from
     ``c1``'s +x face (A), ``well_my`` from its -y face (B, ``c2`` turned -90 deg about z).
     Face sensors ``c1_px``, ``c1_my`` (on ``c1``) and ``c2_in`` (``c2``'s inner face) meet
@@ -285,7 +285,7 @@ def imaging_configurations(d):
 
 def _relative_well(name, a, b, ra, Qa, rb, Qb, v):
     """A 6-DOF electromagnet well holding ``b`` at the relative pose (``rb``, ``Qb``) w.r.t.
-    ``a`` (``ra``, ``Qa``): a :class:`~diffmb.formulations.potentials.FluxPinningWell` between the
+    ``a`` (``ra``, ``Qa``): a :class:`~diffmb.formulations.udwadia_kalaba.potentials.FluxPinningWell` between the
     two centres, with its damping."""
     return pot.FluxPinningWell(name, bodies=(a, b), pin_a=(0.0, 0.0, 0.0), pin_b=(0.0, 0.0, 0.0),
                                offset=tuple(float(u) for u in Qa.T @ (np.asarray(rb) - np.asarray(ra))),

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...model import check_inertia
 from ...system import check_stabilization
-from .. import potentials as pot
+from . import potentials as pot
 from .joint_rows import JOINT_KINDS
 from .quaternion import dcm_NB, quat_rate
 from .system import UKSystem
@@ -191,7 +191,7 @@ class UKBuilder:
         return self
 
     def add(self, interaction: pot.Interaction):
-        """A force or potential (:mod:`diffmb.formulations.potentials`)."""
+        """A force or potential (:mod:`diffmb.formulations.udwadia_kalaba.potentials`)."""
         if not isinstance(interaction, pot.Interaction):
             raise TypeError(f"add: expected a potentials.Interaction, got {type(interaction).__name__}")
         if any(i.name == interaction.name for i in self._inter):

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
 
-from .tensegrity import TensegritySystem
+from .system import TensegritySystem
 
 
 def _unforced(params):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp
+from ... import spatial as sp
 
 MU0 = 4e-7 * math.pi
 
