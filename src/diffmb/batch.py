@@ -15,9 +15,11 @@ Metrics per member (``SweepResult.table``):
 
 ``status``           success / event / diverged / max_steps
 ``t_final``          where the run stopped [s]
-``time_to_flat``     first save time at which every hinge (coordinates named ``theta*``) is
+``time_to_flat``     first save time at which every hinge (the system's ``hinge`` role) is
                      within ``flat_tol_deg`` of 0 (flat), NaN if never
-``peak_hub_rate``    largest ``|omega|`` of a free-flying root [rad/s]
+``peak_hub_rate``    largest ``|omega|`` of the hub (role ``hub_rate``) [rad/s]
+``peak_hub_angle``   largest rotation of the hub from its initial attitude (role
+                     ``hub_attitude``) [rad]: how far deployment turns the spacecraft
 ``max_violation``    largest position-level constraint violation
 ``energy_drift``     largest ``|E - E0| / |E0|``
 ``momentum_drift``   largest ``|H - H0|`` of the angular momentum
@@ -37,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import scenarios
+from . import spatial as sp
 from .binding import NotAffine, bind, build_batch
 from .integrate import RunSettings
 from .trajectory import STATUS_CODES, STATUS_NAMES
@@ -60,6 +63,15 @@ def default_chunk(devices) -> int:
     return DEFAULT_CHUNK
 
 
+def hub_angle(sigmas):
+    """Principal angle [rad] of the hub's rotation from its first attitude, per row of
+    MRPs (any shadow set: the angle comes from the direction cosine matrices)."""
+    R = jnp.einsum("tij,kj->tik", jax.vmap(sp.mrp_to_dcm)(sigmas), sp.mrp_to_dcm(sigmas[0]))
+    cos = 0.5 * (jnp.trace(R, axis1=1, axis2=2) - 1.0)
+    axis = jnp.stack([R[:, 2, 1] - R[:, 1, 2], R[:, 0, 2] - R[:, 2, 0], R[:, 1, 0] - R[:, 0, 1]], -1)
+    return jnp.arctan2(0.5 * sp.safe_norm(axis), cos)
+
+
 def _metrics(tr, flat_tol):
     valid = jnp.isfinite(tr.ts)
     out = {"status": tr.status_code, "t_final": tr.t_final}
@@ -72,6 +84,9 @@ def _metrics(tr, flat_tol):
     if hub.size:
         w = jnp.where(valid[:, None], tr.xs[:, hub], 0.0)
         out["peak_hub_rate"] = jnp.sqrt(jnp.max(jnp.sum(w * w, -1)))
+    att = tr.role_columns("hub_attitude")
+    if att.size:
+        out["peak_hub_angle"] = jnp.max(jnp.where(valid, hub_angle(tr.xs[:, att]), 0.0))
     if "position" in tr.violation:
         out["max_violation"] = jnp.max(jnp.where(valid, jnp.abs(tr.violation["position"]), 0.0))
     if "energy" in tr.diagnostics:

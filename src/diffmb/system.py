@@ -11,7 +11,7 @@ Every formulation in diffmb compiles down to a :class:`System`:
 ``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
 ``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
 ``coordinate_names``          the position-level subset of ``state_names``;
-``coordinate_roles``          hinge angles, hub rate, elastic amplitudes, positions (the
+``coordinate_roles``          hinge angles, hub rate and attitude, elastic amplitudes, positions (the
                               design tools read these roles, never name patterns);
 ``jump_times(params)``        times where ``vector_field`` jumps (discontinuous forcing), or
                               ``None``: adaptive solvers step exactly to them.
@@ -107,8 +107,9 @@ class System(eqx.Module):
         default data columns, peak hub rate), declared by the system's builder or derived
         from its structure, never guessed from names: ``{"hinge": coordinate names of the
         hinge angles, "hub_rate": the three state names of the hub's body angular rate,
-        "elastic": coordinate names of elastic (modal) amplitudes, "position": coordinate
-        names of Cartesian positions}``; a role not declared is absent."""
+        "hub_attitude": the three coordinate names of the hub's attitude MRPs, "elastic":
+        coordinate names of elastic (modal) amplitudes, "position": coordinate names of
+        Cartesian positions}``; a role not declared is absent."""
         return {k: tuple(v) for k, v in (getattr(self, "roles", None) or ())}
 
     def violation(self, x, params) -> dict:
@@ -133,7 +134,7 @@ STABILIZATIONS = ("none", "baumgarte", "projection")
 
 
 #: The coordinate roles a System may declare (see :attr:`System.coordinate_roles`).
-ROLES = ("hinge", "hub_rate", "elastic", "position")
+ROLES = ("hinge", "hub_rate", "hub_attitude", "elastic", "position")
 
 
 def declare_roles(system, roles) -> tuple:
@@ -144,13 +145,13 @@ def declare_roles(system, roles) -> tuple:
         if role not in ROLES:
             raise ValueError(f"roles: unknown role {role!r}; expected one of {list(ROLES)}")
         names = tuple(names)
-        known = system.coordinate_names if role == "hinge" else system.state_names
+        where = "state" if role == "hub_rate" else "coordinate"
+        known = system.state_names if role == "hub_rate" else system.coordinate_names
         missing = [n for n in names if n not in known]
         if missing:
-            raise ValueError(f"roles: {role} names {missing} are not in the system's "
-                             f"{'coordinate' if role == 'hinge' else 'state'} names")
-        if role == "hub_rate" and len(names) != 3:
-            raise ValueError(f"roles: hub_rate takes three state names, got {names}")
+            raise ValueError(f"roles: {role} names {missing} are not in the system's {where} names")
+        if role in ("hub_rate", "hub_attitude") and len(names) != 3:
+            raise ValueError(f"roles: {role} takes three names, got {names}")
         out.append((role, names))
     return tuple(out)
 

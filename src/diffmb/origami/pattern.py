@@ -233,9 +233,10 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     if closures is None:
         stabilization = "none"
     roles = {"hinge": tuple(hinge_names)}
-    if model.floating_base:  # the hub: the free root's body angular rate
+    if model.floating_base:  # the hub: the free root's attitude MRPs and body angular rate
         s, _ = model.body_slices[0]
         roles["hub_rate"] = model.velocity_names[s:s + 3]
+        roles["hub_attitude"] = model.coordinate_names[s:s + 3]
     system = TreeSystem(model, q0, np.zeros_like(q0), closures=closures,
                         stabilization=stabilization, baumgarte=baumgarte, tau_fn=tau_fn,
                         forcing=forcing, projection_iterations=projection_iterations,

@@ -89,13 +89,16 @@ class FlexibleSystem(System):
     @property
     def coordinate_roles(self) -> dict:
         """From the structure: hinges are the free revolute and Hooke angles, elastic the
-        modal amplitudes, the hub rate the free root's body rate (efficient speeds)."""
+        modal amplitudes, the hub the free root (its MRPs; its body rate with efficient
+        speeds)."""
         hinge, elastic = (), ()
         for i, nm in enumerate(self.names):
             if self.kinds[i] in ("revolute", "universal"):
                 hinge += self._dof_names(i)
             elastic += tuple(f"{nm}_eta{j + 1}" for j in range(self.n_modes[i]))
         roles = {"hinge": hinge, "elastic": elastic}
+        if self.kinds[0] == "free":
+            roles["hub_attitude"] = self._dof_names(0)[:3]
         if self.kinds[0] == "free" and self.speeds == "efficient":
             roles["hub_rate"] = tuple(f"{self.names[0]}_w{a}" for a in "xyz")
         return {k: v for k, v in roles.items() if v}
