@@ -63,15 +63,6 @@ def default_chunk(devices) -> int:
     return DEFAULT_CHUNK
 
 
-def hub_angle(sigmas):
-    """Principal angle [rad] of the hub's rotation from its first attitude, per row of
-    MRPs (any shadow set: the angle comes from the direction cosine matrices)."""
-    R = jnp.einsum("tij,kj->tik", jax.vmap(sp.mrp_to_dcm)(sigmas), sp.mrp_to_dcm(sigmas[0]))
-    cos = 0.5 * (jnp.trace(R, axis1=1, axis2=2) - 1.0)
-    axis = jnp.stack([R[:, 2, 1] - R[:, 1, 2], R[:, 0, 2] - R[:, 2, 0], R[:, 1, 0] - R[:, 0, 1]], -1)
-    return jnp.arctan2(0.5 * sp.safe_norm(axis), cos)
-
-
 def _metrics(tr, flat_tol):
     valid = jnp.isfinite(tr.ts)
     out = {"status": tr.status_code, "t_final": tr.t_final}
@@ -86,7 +77,8 @@ def _metrics(tr, flat_tol):
         out["peak_hub_rate"] = jnp.sqrt(jnp.max(jnp.sum(w * w, -1)))
     att = tr.role_columns("hub_attitude")
     if att.size:
-        out["peak_hub_angle"] = jnp.max(jnp.where(valid, hub_angle(tr.xs[:, att]), 0.0))
+        q = sp.mrp_to_quat(tr.xs[:, att])           # any MRP shadow set gives the same angle
+        out["peak_hub_angle"] = jnp.max(jnp.where(valid, sp.quat_angle(q, q[:1]), 0.0))
     if "position" in tr.violation:
         out["max_violation"] = jnp.max(jnp.where(valid, jnp.abs(tr.violation["position"]), 0.0))
     if "energy" in tr.diagnostics:

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
+from . import spatial as sp
 from .formulations.udwadia_kalaba import UKSystem, dcm_NB, omega_body
 from .integrate import simulate
 
@@ -122,8 +123,7 @@ def _pose_distance(system, xa, xb):
     n = system.n
     A, B = np.asarray(xa[: 7 * n]).reshape(n, 7), np.asarray(xb[: 7 * n]).reshape(n, 7)
     dr = np.linalg.norm(A[:, :3] - B[:, :3], axis=1).max()
-    dots = np.clip(np.abs(np.sum(A[:, 3:] * B[:, 3:], axis=1)), 0.0, 1.0)
-    return float(dr), float((2.0 * np.arccos(dots)).max())
+    return float(dr), float(np.max(sp.quat_angle(A[:, 3:], B[:, 3:])))
 
 
 def _at_rest(system, x):

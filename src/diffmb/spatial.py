@@ -191,6 +191,14 @@ def dcm_to_mrp(C):
     return quat_to_mrp(dcm_to_quat(C))
 
 
+def quat_angle(p, q):
+    """Principal angle [rad] of the rotation between the attitudes of unit quaternions
+    ``p`` and ``q`` (either sign of each): ``2 atan2(|v|, |p . q|)`` with ``v`` the vector
+    part of ``p q*``, accurate near 0 and near pi."""
+    v = q[..., 3:4] * p[..., :3] - p[..., 3:4] * q[..., :3] + cross(p[..., :3], q[..., :3])
+    return 2.0 * jnp.arctan2(safe_norm(v), jnp.abs(jnp.sum(p * q, -1)))
+
+
 def quat_multiply(p, q):
     """Scalar-last quaternion product such that ``dcm(p * q) = dcm(p) @ dcm(q)``.
 

@@ -1,7 +1,6 @@
 """A scenario: a named, parameterised case (its settable numbers, how to build its System,
 its default run settings, its paper), and the registry scenarios are added to."""
 
-
 from __future__ import annotations
 
 import math

@@ -83,8 +83,11 @@ class FlexibleSystem(System):
     def coordinate_names(self):
         out = ()
         for i, nm in enumerate(self.names):
-            out += self._dof_names(i) + tuple(f"{nm}_eta{j + 1}" for j in range(self.n_modes[i]))
+            out += self._dof_names(i) + self._mode_names(i)
         return out
+
+    def _mode_names(self, i):
+        return tuple(f"{self.names[i]}_eta{j + 1}" for j in range(self.n_modes[i]))
 
     @property
     def coordinate_roles(self) -> dict:
@@ -92,10 +95,10 @@ class FlexibleSystem(System):
         modal amplitudes, the hub the free root (its MRPs; its body rate with efficient
         speeds)."""
         hinge, elastic = (), ()
-        for i, nm in enumerate(self.names):
+        for i in range(self.n_bodies):
             if self.kinds[i] in ("revolute", "universal"):
                 hinge += self._dof_names(i)
-            elastic += tuple(f"{nm}_eta{j + 1}" for j in range(self.n_modes[i]))
+            elastic += self._mode_names(i)
         roles = {"hinge": hinge, "elastic": elastic}
         if self.kinds[0] == "free":
             roles["hub_attitude"] = self._dof_names(0)[:3]
