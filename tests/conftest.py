@@ -9,10 +9,42 @@
 
 from __future__ import annotations
 
-import diffmb  # noqa: F401  (first: sets XLA flags before JAX initialises its backend)
-import jax
-import numpy as np
-import pytest
+import atexit
+import os
+import shutil
+import tempfile
+
+# One persistent XLA compilation cache for the whole test session, in a temporary folder
+# that the process which made it removes at exit. It is set in the environment, before
+# JAX is imported, so the subprocesses the tests start (the CLI, sharded sweeps) and
+# pytest-xdist's workers share it: a program compiled once is read back everywhere else.
+# EQX_ON_ERROR=nan: equinox's runtime checks inside diffrax (t1 > t0, increasing save
+# times: diffmb validates both in Python before tracing) would otherwise be host
+# callbacks, and a program with a host callback is never written to the cache.
+if "DIFFMB_TEST_JAX_CACHE" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="diffmb-test-jax-cache-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    os.environ.update({
+        "DIFFMB_TEST_JAX_CACHE": _cache,
+        "JAX_COMPILATION_CACHE_DIR": _cache,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "EQX_ON_ERROR": "nan",
+    })
+
+import diffmb  # noqa: E402,F401  (first: sets XLA flags before JAX initialises its backend)
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from compile_report import (  # noqa: E402,F401  (the --compile-report plugin's hooks)
+    pytest_addoption,
+    pytest_runtest_logfinish,
+    pytest_runtest_protocol,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_testnodedown,
+)
 
 # Rank promotion raises, as in diffrax/equinox: broadcasting must be explicit.
 RANK_PROMOTION = "raise"

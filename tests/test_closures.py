@@ -107,6 +107,7 @@ def test_constraint_wrench_balances_gravity_at_rest():
     np.testing.assert_allclose(jacobian(p["model"], x[:3], G) @ qdd, 0.0, atol=1e-10)
 
 
+@pytest.mark.slow  # reverse mode through a four-bar run (~20 s), as test_design's tuning-loss gradient
 def test_gradient_of_violation_wrt_baumgarte_gains():
     system = fourbar_system(0.3, 2.0, "baumgarte", (5.0, 5.0))
     params = system.default_params()

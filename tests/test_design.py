@@ -215,7 +215,7 @@ def test_sharded_sweep_equals_unsharded():
 # ---------------------------------------------------------------- CLI
 
 
-def test_cli_synth_fit_tune_sweep(tmp_path, capsys):
+def test_cli_synth_and_fit(tmp_path):
     data = tmp_path / "pend.csv"
     assert cli.main(["synth", "pendulum", "--set", "damping=0.05", "--t1", "1", "--dt", "0.01",
                      "--noise", "1e-3", "--seed", "2", "--out", str(data), "--quiet"]) == 0
@@ -225,6 +225,10 @@ def test_cli_synth_fit_tune_sweep(tmp_path, capsys):
     out = json.loads(js.read_text())
     assert abs(out["params"]["g"] - 9.81) < 0.05 and set(out) >= {"params", "stderr", "rms"}
 
+
+@pytest.mark.slow  # 3 Adam steps: a reverse-mode compile (~25 s); the tuning-loss gradient and
+# `diffmb tune`'s floor check stay in the default job
+def test_cli_tune(tmp_path):
     js = tmp_path / "tune.json"
     assert cli.main(["tune", "four-bar", "--params", "a,b", "--set", "kick=0.3", "--steps", "3",
                      "--t1", "0.5", "--json", str(js), "--quiet"]) == 0
@@ -232,6 +236,8 @@ def test_cli_synth_fit_tune_sweep(tmp_path, capsys):
     assert set(out) >= {"initial", "final", "history"} and len(out["history"]) == 3
     assert out["final"]["loss"] <= out["initial"]["loss"]
 
+
+def test_cli_sweep(tmp_path):
     js, csv_path = tmp_path / "sweep.json", tmp_path / "sweep.csv"
     assert cli.main(["sweep", "four-bar", "--batch", "3", "--set", "c=0:0.2", "--t1", "0.5",
                      "--json", str(js), "--csv", str(csv_path), "--quiet"]) == 0

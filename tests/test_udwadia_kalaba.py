@@ -162,23 +162,40 @@ def test_projection_fixes_a_perturbed_state():
 
 
 # ------------------------------------------------------------------ gradients
-def test_gradient_of_final_pose_wrt_well_stiffness_matches_fd():
+def _final_angle(adjoint):
+    """The hinged cubes' rotation about z after 0.3 s, as a function of one flux-pinning
+    well's torsional stiffness (30 RK4 steps: long enough for the well to turn c2)."""
     system, params = S.hinged_cubes(stabilization="baumgarte")
 
     def angle(k_t):
         inter = dict(params["interactions"])
         inter["well_my"] = {**inter["well_my"], "k_t": k_t}
         tr = simulate(system, t1=0.3, params={**params, "interactions": inter}, solver="rk4", dt=0.01,
-                      saveat=2)
+                      saveat=2, adjoint=adjoint)
         q = tr.x_final[3:7]
         return 2.0 * jnp.arctan2(q[2], q[3])  # rotation about z
 
+    return angle
+
+
+def _check_against_fd(angle, derivative):
     k = jnp.asarray(20.0)
-    g = jax.grad(angle)(k)
+    g = derivative(angle)(k)
     h = 1e-3
     fd = (angle(k + h) - angle(k - h)) / (2 * h)
     assert abs(float(g)) > 1e-4
     assert float(g) == pytest.approx(float(fd), rel=1e-5)
+
+
+def test_forward_mode_derivative_of_final_pose_wrt_well_stiffness_matches_fd():
+    """Forward mode through the whole run (the formulation's JVP rules; fit's Jacobians)."""
+    _check_against_fd(_final_angle("direct"), jax.jacfwd)
+
+
+@pytest.mark.slow  # compiling the reverse pass through the checkpointed UK run: ~25 s
+def test_gradient_of_final_pose_wrt_well_stiffness_matches_fd():
+    """Reverse mode through the checkpointed run (what tune differentiates)."""
+    _check_against_fd(_final_angle("checkpoint"), jax.grad)
 
 
 # ------------------------------------------------------------------ explorer
