@@ -30,8 +30,6 @@ _current = ["<collection>"]
 _seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 _counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 _wall: dict[str, float] = {}
-
-
 _by_function: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
 
