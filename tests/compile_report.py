@@ -22,8 +22,7 @@ from jax import monitoring
 _EVENTS = {
     "/jax/core/compile/jaxpr_trace_duration": "trace",
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-    "/jax/core/compile/backend_compile_duration": "compile",
-    "/jax/compilation_cache/cache_retrieval_time_sec": "cache_read",
+    "/jax/core/compile/backend_compile_duration": "compile",  # cache reads included
 }
 
 _current = ["<collection>"]
@@ -38,7 +37,7 @@ def _on_duration(event: str, seconds: float, fun_name: str = "", **_):
     if kind is not None:
         _seconds[_current[0]][kind] += seconds
         _counts[_current[0]][kind] += 1
-        if fun_name and kind != "cache_read":
+        if fun_name:
             _by_function[fun_name][kind] += seconds
             _by_function[fun_name][kind + "_n"] += 1
 
