@@ -373,7 +373,7 @@ def _with_shooting(res, data, z, lower, upper, shooting, b0, st):
         segments.append((starts[k], t1, tuple(float(x) for x in t[s])))
     system = b0.system
     guess = simulate(system, t1=starts[-1], params=b0.params(b0.values), dt=st["dt"], solver=st["solver"],
-                     rtol=st["rtol"], atol=st["atol"], saveat=np.asarray(starts))
+                     rtol=st["rtol"], atol=st["atol"], saveat=np.asarray(starts), diagnostics=False)
     nodes = np.array(guess.xs)
     names_x = list(system.state_names)
     for j, col in enumerate(data.names):
@@ -431,7 +431,7 @@ def synth(scenario, overrides=None, *, stabilization=None, t1=None, dt=None, sol
         raise ValueError(f"t_offset must be in [0, t1) = [0, {t1:g}) s, got {t_offset:g}")
     tm = np.maximum(ts - t_offset, 0.0)
     tr = simulate(system, t1=t1, dt=dt, params=params, solver=solver, rtol=st["rtol"],
-                  atol=st["atol"], saveat=tm)
+                  atol=st["atol"], saveat=tm, diagnostics=False)
     if tr.status != "success":
         raise ValueError(f"synth: the run stopped early ({tr.message}); no data written")
     sensors = tuple(sensors or ())

@@ -13,9 +13,11 @@
   ``params`` or ``x0`` (recursive checkpointing keeps memory bounded on long horizons),
   and ``jax.vmap`` over ``x0`` and ``params``.
 
-The whole run is one jitted call: the structure (system type, solver, save-grid length,
-``max_steps``) is static; every number (``t0``, ``t1``, ``dt``, ``x0``, ``params``) is
-traced, so new numbers never recompile.
+A run is two jitted calls: the integration (:func:`_solve`, states at the save points) and
+the diagnostics at those points (:func:`_diagnose`, shared by every run of the same system
+structure and save-point count, skipped with ``diagnostics=False``). The structure (system
+type, solver, save-grid length, ``max_steps``) is static; every number (``t0``, ``t1``,
+``dt``, ``x0``, ``params``) is traced, so new numbers never recompile.
 """
 
 from __future__ import annotations
@@ -207,6 +209,7 @@ def simulate(
     progress: bool = False,
     max_violation: float | None = None,
     adjoint: str = "checkpoint",
+    diagnostics: bool = True,
     _compile_only: bool = False,
 ) -> Trajectory:
     """Integrate ``system`` from ``t0`` to ``t1`` and return a :class:`Trajectory`.
@@ -219,14 +222,17 @@ def simulate(
     a bool (stops on the first step where it is true). ``max_violation``: stop as
     diverged when the system's constraint violation exceeds it. ``adjoint``:
     ``checkpoint`` (memory-bounded recursive checkpointing, default), ``direct`` (supports
-    forward-mode) or ``backsolve``.
+    forward-mode) or ``backsolve``. ``diagnostics=False`` leaves the trajectory's
+    ``diagnostics`` and ``violation`` empty and skips their program: for a loss that reads
+    states only (it compiles and runs faster).
     """
     args = _prepare(system, t1=t1, t0=t0, x0=x0, params=params, dt=dt, solver=solver, rtol=rtol,
                     atol=atol, saveat=saveat, max_steps=max_steps, events=events,
                     progress=progress, max_violation=max_violation, adjoint=adjoint)
     if _compile_only:
         return args
-    return _solve(*args)
+    tr = _solve(*args)
+    return _with_diagnostics(tr, system, args[2], args[3]) if diagnostics else tr
 
 
 def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_steps, events,
@@ -322,13 +328,18 @@ def compile_simulation(system: System, **kwargs):
     args = simulate(system, _compile_only=True, **kwargs)
     start = time.perf_counter()
     compiled = _solve.lower(*args).compile()
+    like = lambda a: jnp.zeros(a.shape, a.dtype)  # noqa: E731  (filter_jit lowers arrays, not shapes)
+    states = jax.eval_shape(_solve, *args)
+    diagnose = _diagnose.lower(system, args[2], like(states.ts), like(states.xs), args[3]).compile()
     seconds = time.perf_counter() - start
 
     def run(**changes):
         new = simulate(system, _compile_only=True, **{**kwargs, **changes}) if changes else args
         if new[0] != args[0] or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
             raise ValueError(f"compile_simulation: {sorted(changes)} change the compiled structure")
-        return compiled(*new)
+        tr = compiled(*new)
+        diag, viol = diagnose(system, new[2], tr.ts, tr.xs, new[3])
+        return dataclasses.replace(tr, diagnostics=diag, violation=viol)
 
     return run, seconds
 
@@ -446,15 +457,12 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         # intermittently on a repeated call; one projection per save point is cheap)
         safe_xs = jax.lax.map(lambda x: system.project(x, params), safe_xs)
         xs = jnp.where(valid[:, None], safe_xs, xs)
-    diag = jax.vmap(lambda x: system.diagnostics(x, params))(safe_xs)
-    viol = jax.vmap(lambda x: system.violation(x, params))(safe_xs)
     nan = jnp.asarray(jnp.nan, xs.dtype)
-    blank = lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, nan)  # noqa: E731
     return Trajectory(
         ts=jnp.where(valid, sol.ts[:n], nan),
-        xs=blank(xs),
-        diagnostics={k: blank(v) for k, v in diag.items()},
-        violation={k: blank(v) for k, v in viol.items()},
+        xs=jnp.where(valid[:, None], xs, nan),
+        diagnostics={},
+        violation={},
         t_final=t_final,
         x_final=x_final,
         n_steps=sol.stats["num_accepted_steps"],
@@ -466,3 +474,24 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         solver=run.solver,
         roles=tuple(system.coordinate_roles.items()),
     )
+
+
+@eqx.filter_jit
+def _diagnose(system, params, ts, xs, x0):
+    """The system's diagnostics and constraint violation at every save point the run
+    reached (NaN elsewhere). A program of its own, apart from :func:`_solve`: it depends
+    only on the system's structure and the save-point count, so runs that differ in solver,
+    horizon, events or adjoint share it, and a run that needs only states (a fit's
+    residuals) never compiles it."""
+    valid = jnp.isfinite(ts)
+    safe = jnp.where(valid[:, None], xs, x0[None, :])  # finite inputs keep gradients finite
+    diag = jax.vmap(lambda x: system.diagnostics(x, params))(safe)
+    viol = jax.vmap(lambda x: system.violation(x, params))(safe)
+    nan = jnp.asarray(jnp.nan, xs.dtype)
+    blank = lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, nan)  # noqa: E731
+    return {k: blank(v) for k, v in diag.items()}, {k: blank(v) for k, v in viol.items()}
+
+
+def _with_diagnostics(tr: Trajectory, system, params, x0) -> Trajectory:
+    diag, viol = _diagnose(system, params, tr.ts, tr.xs, x0)
+    return dataclasses.replace(tr, diagnostics=diag, violation=viol)
