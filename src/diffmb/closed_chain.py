@@ -43,6 +43,7 @@ import json
 import math
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -241,6 +242,15 @@ def _state(model: Model, guess, what) -> np.ndarray:
     return q
 
 
+def _rows_of_residual(model, loops, rows: tuple, q):
+    return cl.position_residual(model, q, loops).reshape(-1)[np.asarray(rows, dtype=int)]
+
+
+# module-level jits: assembling the same structure again reuses the compiled programs
+_closure_residual = eqx.filter_jit(_rows_of_residual)
+_closure_residual_jacobian = eqx.filter_jit(jax.jacfwd(_rows_of_residual, argnums=3))
+
+
 def assemble(model: Model, loops: cl.LoopClosures, q_guess=None, *, fixed=(), rates=None,
              tol: float = 1e-12, max_iter: int = 50):
     """A consistent initial state ``(q0, qd0)`` for a closed chain.
@@ -257,8 +267,9 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess=None, *, fixed=(), ra
     free = np.array([i for i in range(model.nq) if i not in hold], dtype=int)
     rows = np.asarray(loops.rows)
 
-    residual = jax.jit(lambda q_: cl.position_residual(model, q_, loops).reshape(-1)[rows])
-    jac = jax.jit(jax.jacfwd(lambda q_: cl.position_residual(model, q_, loops).reshape(-1)[rows]))
+    key = tuple(int(r) for r in rows)
+    residual = lambda q_: _closure_residual(model, loops, key, q_)  # noqa: E731
+    jac = lambda q_: _closure_residual_jacobian(model, loops, key, q_)  # noqa: E731
     r = np.asarray(residual(q))
     for _ in range(max_iter):
         if np.abs(r).max() <= tol:

@@ -346,6 +346,24 @@ def jacobian(model: Model, q, nodes, rows=None):
 
 
 # ------------------------------------------------------------ build-time analysis
+# Module-level jits, the model and closures as arguments: building the same structure
+# again (another size parameter, another test) reuses the compiled programs.
+
+
+@eqx.filter_jit
+def _residual_at(model, nodes, q):
+    return position_residual(model, q, nodes)
+
+
+@eqx.filter_jit
+def _jacobian_at(model, nodes, rows: tuple, q):
+    return jacobian(model, q, nodes, np.asarray(rows, dtype=int))
+
+
+@eqx.filter_jit
+def _rates_at(model, q, v):
+    return coordinate_rates(model, q, v)
+
 
 
 @dataclass(frozen=True)
@@ -390,8 +408,7 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
     rows = row_index(closures)
     labels = row_labels(closures)
     q0 = jnp.asarray(q0)
-    phi_fn = jax.jit(lambda q: position_residual(model, q, nodes))
-    phi0 = np.asarray(phi_fn(q0))
+    phi0 = np.asarray(_residual_at(model, nodes, q0))
     for k, c in enumerate(closures):
         err = np.abs(phi0[k, list(c.rows)]).max()
         if err > check_tol:
@@ -400,17 +417,16 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
                 f"(rows {[ROW_NAMES[r] for r in c.rows]}); the nodes do not meet"
             )
     rng = np.random.default_rng(seed)
-    jac_fn = jax.jit(lambda q: jacobian(model, q, nodes, rows))
-    rate_fn = jax.jit(lambda q, v: coordinate_rates(model, q, v))
+    key = tuple(int(r) for r in rows)
     q = np.asarray(q0) + 1e-2 * rng.standard_normal(q0.shape)
     for _ in range(50):
-        phi = np.asarray(phi_fn(q)).reshape(-1)[rows]
+        phi = np.asarray(_residual_at(model, nodes, q)).reshape(-1)[rows]
         if np.abs(phi).max() < 1e-13:
             break
-        G = np.asarray(jac_fn(q))
+        G = np.asarray(_jacobian_at(model, nodes, key, q))
         dnu = -np.linalg.lstsq(G, phi, rcond=1e-10)[0]
-        q = q + np.asarray(rate_fn(q, dnu))
-    G = np.asarray(jac_fn(q))
+        q = q + np.asarray(_rates_at(model, q, dnu))
+    G = np.asarray(_jacobian_at(model, nodes, key, q))
     keep = independent_rows(G)
     return RankReport(
         n_rows=len(rows),
