@@ -223,7 +223,7 @@ def _synthetic(n=50):
 
 def test_json_report_with_momentum_and_violation():
     traj = _synthetic()
-    cfg = SimpleNamespace(name="syn", t1=1.0, dt=None, solver="dopri5")
+    cfg = SimpleNamespace(name="syn", t1=1.0, dt=None, solver="dopri5", stabilization="none")
     rep = cli.report(cfg, cli.RunResult(traj=traj, wall_s=0.1, compile_s=1.0))
     assert set(rep) == JSON_KEYS
     assert rep["dt"] is None

@@ -330,13 +330,15 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         ws = kinematics(model, q, qd)
-        out = {"energy": tree.kinetic_energy_ws(ws) + tree.potential_energy_ws(model, ws, q)}
+        kinetic = tree.kinetic_energy_ws(ws)
+        out = {"energy": kinetic + tree.potential_energy_ws(model, ws, q), "kinetic_energy": kinetic}
         if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
             out["energy"] = out["energy"] + self.potential_fn(q, params["forcing"])
         if model.floating_base:
             lin, ang = tree.momentum_ws(model, ws)
             out["angular_momentum"] = ang
             out["linear_momentum"] = lin
+            out["momentum_scale"] = tree.momentum_scale_ws(model, ws)
         if self.closures is not None:
             nodes = params["closures"]
             rows = np.asarray(nodes.rows)

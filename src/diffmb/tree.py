@@ -194,6 +194,15 @@ def spatial_momentum_ws(ws):
     return jnp.sum(sp.mv(ws.inertia, ws.vel), 0)
 
 
+def momentum_scale_ws(model: Model, ws):
+    """``sum_k |h_k|``, each body's angular momentum about the system com (the terms of
+    Fulton & Schaub eq. 16 taken by magnitude): the natural scale of the total ``h``, which
+    is a sum of such terms and can be near zero (a release from rest) while they are not."""
+    p = sp.mv(ws.inertia, ws.vel)
+    c = jnp.broadcast_to(center_of_mass_ws(model, ws), p[:, 3:].shape)
+    return jnp.sum(sp.safe_norm(p[:, :3] - sp.cross(c, p[:, 3:])))
+
+
 def spatial_momentum(model: Model, q, qd):
     """Total spatial momentum ``[angular about the world origin; linear]``, world axes."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")

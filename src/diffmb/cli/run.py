@@ -328,7 +328,8 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
     traj = res.traj
     summ = traj.summary()
     conserved = getattr(cfg, "conserved", None) or ()
-    warnings = health.check(traj, conserved, energy_name=summ.get("energy", {}).get("quantity", "energy"))
+    warnings = health.check(traj, conserved, energy_name=summ.get("energy", {}).get("quantity", "energy"),
+                            stabilization=cfg.stabilization, solver=cfg.solver)
     v = summ.get("violation")
     out = {
         "scenario": cfg.name,

@@ -371,15 +371,18 @@ class FlexibleSystem(System):
         ws, _, poses = self.kinematics(xc, t, u, params)
         out = {"energy": self.kinetic(ws, params) + self.potential(xc, t, params)}
         if self.kinds[0] == "free":
-            h = 0.0
+            h, scale = 0.0, 0.0
             cb = self.blocks(xc)
             for i, w in enumerate(ws):
                 E, r = poses[i]
                 I = params["bodies"][i]["I"]
                 hb = I["M0"][:6] @ w + jnp.concatenate([deformation_moment(I, cb[i][1], w), jnp.zeros(3, w.dtype)])
-                h = h + sp.xform_force_T(E, r, hb)
+                hk = sp.xform_force_T(E, r, hb)
+                h, scale = h + hk, scale + sp.safe_norm(hk[:3])
             out["angular_momentum"] = h[:3]
             out["linear_momentum"] = h[3:]
+            # the bodies' angular momenta by magnitude: the natural scale of their sum
+            out["momentum_scale"] = scale
             sig = xc[:3]
             out["attitude_angle"] = 4.0 * jnp.arctan(sp.safe_norm(sig))
         cb = self.blocks(xc)

@@ -458,9 +458,12 @@ class CutJointSystem(System):
                "reaction_wrench": self.reaction_wrenches(lam)}
         out.update(info)
         if any(m.floating_base for m in models):
-            h = tree.spatial_momentum_ws(self.workspace(q, u, params))
+            ws = self.workspace(q, u, params)
+            h = tree.spatial_momentum_ws(ws)
             out["angular_momentum"] = h[:3]  # about the world origin
             out["linear_momentum"] = h[3:]
+            # the bodies' angular momenta by magnitude: the natural scale of their sum
+            out["momentum_scale"] = jnp.sum(sp.safe_norm(sp.mv(ws.inertia, ws.vel)[:, :3]))
         if self.outputs_fn is not None:
             out.update(self.outputs_fn(t, q, u, params["forcing"]))
         return out

@@ -330,22 +330,30 @@ class UKSystem(System):
         rot = 0.5 * jnp.sum(qd * sp.mv(Mt, qd))
         return 0.5 * jnp.sum(m * jnp.sum(V[:, :3] ** 2, -1)) + rot
 
-    def momentum(self, X, V, params):
-        """Total linear momentum and angular momentum about the origin of N, N axes."""
+    def body_momenta(self, X, V, params):
+        """Each moving body's linear momentum and angular momentum about the origin of N
+        (N axes), ``(nb, 3)`` each."""
         mv = np.asarray(self.moving, int)
         m, I = params["bodies"]["mass"][mv], params["bodies"]["inertia"][mv]
         w = omega_body(X[:, 3:], V[:, 3:])
         lin = m[:, None] * V[:, :3]
-        ang = sp.cross(X[:, :3], lin) + sp.mv(dcm_NB(X[:, 3:]), sp.mv(I, w))
+        return lin, sp.cross(X[:, :3], lin) + sp.mv(dcm_NB(X[:, 3:]), sp.mv(I, w))
+
+    def momentum(self, X, V, params):
+        """Total linear momentum and angular momentum about the origin of N, N axes."""
+        lin, ang = self.body_momenta(X, V, params)
         return jnp.sum(lin, 0), jnp.sum(ang, 0)
 
     def diagnostics(self, x, params):
         X, V = self.body_states(x)
         T = self.kinetic_energy(X, V, params)
         U = self.potential(X, params)
-        lin, ang = self.momentum(X, V, params)
+        lin, ang = self.body_momenta(X, V, params)
+        # momentum_scale: the bodies' angular momenta by magnitude, the natural scale of
+        # their sum (which is near zero for a release from rest)
         return {"energy": T + U, "kinetic_energy": T, "potential_energy": U,
-                "linear_momentum": lin, "angular_momentum": ang}
+                "linear_momentum": jnp.sum(lin, 0), "angular_momentum": jnp.sum(ang, 0),
+                "momentum_scale": jnp.sum(sp.safe_norm(ang))}
 
     def violation(self, x, params):
         X, V = self.body_states(x)
