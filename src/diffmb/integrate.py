@@ -47,6 +47,11 @@ _rk4_tableau = ButcherTableau(
 )
 
 
+#: Save points at which :meth:`~diffmb.system.System.sampled_diagnostics` (costly ones:
+#: the closure rank) are evaluated, evenly spaced over the run's save grid.
+SAMPLED_POINTS = 51
+
+
 class RK4(AbstractERK):
     """The classical fourth-order Runge-Kutta method (fixed step; no error estimate)."""
 
@@ -487,7 +492,11 @@ def _diagnose(system, params, ts, xs, x0):
     safe = jnp.where(valid[:, None], xs, x0[None, :])  # finite inputs keep gradients finite
     diag = jax.vmap(lambda x: system.diagnostics(x, params))(safe)
     viol = jax.vmap(lambda x: system.violation(x, params))(safe)
+    n = xs.shape[0]
     nan = jnp.asarray(jnp.nan, xs.dtype)
+    sample = np.arange(0, n, max(1, math.ceil(n / SAMPLED_POINTS)))
+    for k, v in jax.vmap(lambda x: system.sampled_diagnostics(x, params))(safe[sample]).items():
+        diag[k] = jnp.full((n,) + v.shape[1:], nan, v.dtype).at[sample].set(v)
     blank = lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, nan)  # noqa: E731
     return {k: blank(v) for k, v in diag.items()}, {k: blank(v) for k, v in viol.items()}
 

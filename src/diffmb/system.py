@@ -46,9 +46,9 @@ from .model import Model
 #: / 208 us against the ABA's 20 / 75 / 161 us at 16 / 64 / 128 bodies.
 DENSE_MAX_NV = 96
 
-#: The ``closure_rank`` diagnostic (an eigenvalue decomposition of size ``nv`` at every
+#: The ``closure_rank`` diagnostic (an eigenvalue decomposition of size ``nv`` per sampled
 #: save point) is reported for trees up to this many velocity coordinates; above, it
-#: would cost more than the simulation (10 ms per save point at ``nv = 405``).
+#: would cost more than the simulation (10 ms per point at ``nv = 405``).
 RANK_DIAGNOSTIC_MAX_NV = 200
 
 
@@ -83,6 +83,13 @@ class System(eqx.Module):
         return type(self).project is not System.project
 
     def diagnostics(self, x, params) -> dict:
+        """Quantities reported at every save point (energy, momentum, ...)."""
+        return {}
+
+    def sampled_diagnostics(self, x, params) -> dict:
+        """Costly quantities reported at a sample of the save points only (at most
+        :data:`~diffmb.integrate.SAMPLED_POINTS`, evenly spaced; NaN between), such as the
+        closure rank, an eigenvalue decomposition per point."""
         return {}
 
     @property
@@ -344,10 +351,15 @@ class TreeSystem(System):
             rows = np.asarray(nodes.rows)
             w = cl.velocity(ws, nodes).reshape(-1)[rows]
             out["phidot_sq"] = jnp.dot(w, w)  # the paper's Phi_dot^T Phi_dot (Figs. 11, 17)
-            if model.nv <= RANK_DIAGNOSTIC_MAX_NV:
-                M = crba.mass_matrix(model, ws)
-                out["closure_rank"] = solve.numerical_rank(M, cs.blocks(ws, nodes, model.nv))
         return out
+
+    def sampled_diagnostics(self, x, params):
+        model = params["model"]
+        if self.closures is None or model.nv > RANK_DIAGNOSTIC_MAX_NV:
+            return {}
+        ws = kinematics(model, self.split(x)[0])
+        M = crba.mass_matrix(model, ws)
+        return {"closure_rank": solve.numerical_rank(M, cs.blocks(ws, params["closures"], model.nv))}
 
     @property
     def coordinate_names(self):
