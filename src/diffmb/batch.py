@@ -23,6 +23,10 @@ Metrics per member (``SweepResult.table``):
 ``max_violation``    largest position-level constraint violation
 ``energy_drift``     largest ``|E - E0| / |E0|``
 ``momentum_drift``   largest ``|H - H0|`` of the angular momentum
+``energy_jump``, ``momentum_jump``  the largest jump in one save interval relative to
+                     the quantity's natural scale, 0 if none (:mod:`diffmb.health`'s rule);
+                     where the member's physics conserves the quantity (``conserved``), a
+                     jump makes a member that reached ``t1`` ``suspect``
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import scenarios
+from . import health, scenarios
 from . import spatial as sp
 from .binding import NotAffine, bind, build_batch
 from .integrate import RunSettings
@@ -85,10 +89,14 @@ def _metrics(tr, flat_tol):
         e = tr.diagnostics["energy"]
         rel = jnp.abs(e - e[0]) / jnp.maximum(jnp.abs(e[0]), 1e-300)
         out["energy_drift"] = jnp.max(jnp.where(valid, rel, 0.0))
+        out["energy_jump"] = health.largest_jump(e, valid, tr.diagnostics.get("kinetic_energy"))
     if "angular_momentum" in tr.diagnostics:
         h = tr.diagnostics["angular_momentum"]
         dh = jnp.sqrt(jnp.sum((h - h[:1]) ** 2, -1))
         out["momentum_drift"] = jnp.max(jnp.where(valid, dh, 0.0))
+        scale = tr.diagnostics.get("momentum_scale")
+        out["momentum_jump"] = health.largest_jump(
+            h, valid, scale, rel=health.REL if scale is None else health.REL_MOMENTUM)
     return out
 
 
@@ -131,6 +139,22 @@ class SweepResult:
     devices: int
     chunks: int
     members: list = field(default_factory=list)  # per-member parameter values (dicts)
+    #: per member, the quantities its physics conserves (``Scenario.conserved``): their
+    #: jumps make it ``suspect``; empty: not judged
+    conserved: list = field(default_factory=list)
+
+    def statuses(self) -> list:
+        """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
+        jumped) | ``event`` | ``diverged`` | ``max_steps``."""
+        out = []
+        for i, c in enumerate(np.asarray(self.table["status"]).astype(int)):
+            name = STATUS_NAMES[int(c)]
+            kept = self.conserved[i] if i < len(self.conserved) else ()
+            if name == "success" and any(float(self.table.get(f"{_JUMP[k]}_jump", np.zeros(self.batch))[i]) > 0
+                                         for k in kept if k in _JUMP):
+                name = "suspect"
+            out.append(name)
+        return out
 
     @property
     def throughput(self) -> float:
@@ -139,9 +163,10 @@ class SweepResult:
 
     @property
     def status_counts(self) -> dict:
-        """Members per run status (``success``, ``diverged``, ...), every status listed."""
-        codes = np.asarray(self.table["status"]).astype(int)
-        return {name: int(np.sum(codes == c)) for c, name in sorted(STATUS_NAMES.items())}
+        """Members per run status (``success``, ``suspect``, ``diverged``, ...), every status listed."""
+        names = self.statuses()
+        order = ["success", "suspect"] + [n for _, n in sorted(STATUS_NAMES.items()) if n != "success"]
+        return {n: names.count(n) for n in order}
 
     def diverged(self) -> list:
         """Indices of the members that diverged (non-finite state or violation past the bound)."""
@@ -150,11 +175,11 @@ class SweepResult:
 
     def rows(self) -> list:
         out = []
+        names = self.statuses()
         for i in range(self.batch):
             row = dict(self.members[i]) if self.members else {}
             for k, v in self.table.items():
-                x = v[i]
-                row[k] = STATUS_NAMES[int(x)] if k == "status" else float(x)
+                row[k] = names[i] if k == "status" else float(v[i])
             out.append(row)
         return out
 
@@ -174,6 +199,9 @@ class SweepResult:
             w.writeheader()
             w.writerows(rows)
         return path
+
+_JUMP = {"energy": "energy", "angular_momentum": "momentum"}
+
 
 def _devices(devices):
     if devices is None:
@@ -204,12 +232,14 @@ def _take(tree, idx):
 
 def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,
           saveat=1001, chunk=None, devices=None, max_violation=1.0, flat_tol_deg=1.0,
-          progress=False, members=None) -> SweepResult:
+          progress=False, members=None, conserved=None) -> SweepResult:
     """Simulate ``system`` for every member of ``params_batch`` (its params pytree with a
     leading batch axis on every array leaf) and optional ``x0_batch (B, nx)``; see module
     docstring. ``chunk``: members per compiled call (default :func:`default_chunk`). ``devices``: ``None``
     (default device), ``"all"``, a count, or a list of devices to shard each chunk over.
     ``max_violation``: a member whose violation exceeds it stops as diverged.
+    ``conserved``: per member, the quantities its physics conserves (see
+    :meth:`SweepResult.statuses`).
     """
     dyn, static = eqx.partition(params_batch, eqx.is_array)
     B = _batch_size(dyn, x0_batch)
@@ -259,7 +289,8 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
         bar.close()
     table = {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
     return SweepResult(table=table, batch=B, t1=float(t1), wall_s=wall, compile_s=compile_s,
-                       devices=nd, chunks=len(starts), members=list(members or []))
+                       devices=nd, chunks=len(starts), members=list(members or []),
+                       conserved=list(conserved or []))
 
 
 SAMPLES = ("linspace", "grid", "random")
@@ -317,11 +348,19 @@ def _grid(ranges, counts, fixed, n):
 def sweep_scenario(scenario, ranges: dict, fixed: dict | None = None, n: int | None = None, *,
                    sample="linspace", seed=0, stabilization=None, **run) -> SweepResult:
     """Sweep a scenario over parameter ranges (:func:`member_values`), members' values in
-    the result's ``rows()``; ``run``: :func:`sweep`'s options (``t1``, ``dt``, ...)."""
+    the result's ``rows()``; ``run``: :func:`sweep`'s options (``t1``, ``dt``, ``solver``,
+    ``rtol``, ``atol`` default to the scenario's)."""
     sc = scenarios.get(scenario) if isinstance(scenario, str) else scenario
+    given = {k: run.pop(k) for k in ("t1", "dt", "solver", "rtol", "atol") if k in run}
+    run = {**sc.run_settings(**given), **run}
     members = member_values(ranges, dict(fixed or {}), n, sample=sample, seed=seed)
     system, params = scenario_batch(sc, members, stabilization)
-    return sweep(system, params, members=members, **run)
+    return sweep(system, params, members=members, conserved=conserved_by_member(sc, members), **run)
+
+
+def conserved_by_member(scenario, members: list) -> list:
+    """What each member's physics conserves (a damped member keeps no energy)."""
+    return [tuple(scenario.conserved(scenario.resolve(m))) for m in members]
 
 
 def scenario_batch(scenario, members: list, stabilization=None):

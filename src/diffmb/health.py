@@ -26,6 +26,7 @@ Rules, per save interval ``k`` with change ``d_k`` of the quantity:
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 REL = 1e-3
@@ -40,9 +41,37 @@ MIN_INTERVALS = 5
 FLOOR = 1e-9
 
 
-def jumps(ts, q, *, natural=None, rel=REL, outlier=OUTLIER, floor=FLOOR) -> list[dict]:
+def flagged(q, valid, natural=None, *, rel=REL):
+    """The rule on one series, traceable (the batch path applies it inside a compiled
+    sweep): ``q (n, ...)`` saved values, ``valid (n,)`` the rows the run reached (a
+    prefix), ``natural (n,)`` the natural scale if known. Returns ``(d, big, scale)``: the
+    change ``|d_k|`` per interval, whether it is a jump, and the scale it is judged on."""
+    q = jnp.asarray(q).reshape(jnp.shape(q)[0], -1)
+    valid = jnp.asarray(valid, bool)
+    rows = valid[:, None]
+    q = jnp.where(rows, q, q[:1])  # unreached rows: no change, no NaN
+    iv = valid[1:] & valid[:-1]
+    d = jnp.where(iv, jnp.sqrt(jnp.sum(jnp.diff(q, axis=0) ** 2, axis=1)), 0.0)
+    scale = jnp.maximum(jnp.sqrt(jnp.sum(q[0] ** 2)), jnp.max(jnp.sqrt(jnp.sum((q - q[:1]) ** 2, axis=1))))
+    if natural is not None:
+        scale = jnp.maximum(scale, jnp.max(jnp.where(valid, jnp.abs(jnp.asarray(natural)), 0.0)))
+    short = jnp.sum(iv) < MIN_INTERVALS
+    typical = jnp.nanmedian(jnp.where(iv, d, jnp.nan))
+    big = (iv & (d > jnp.where(short, REL_SHORT, rel) * scale) & (d > FLOOR) & (scale > 0)
+           & (short | (d > OUTLIER * jnp.maximum(typical, np.finfo(float).tiny))))
+    return d, big, scale
+
+
+def largest_jump(q, valid, natural=None, *, rel=REL):
+    """The largest jump relative to its scale (0 when none): :func:`flagged`, reduced."""
+    d, big, scale = flagged(q, valid, natural, rel=rel)
+    return jnp.max(jnp.where(big, d / jnp.where(scale > 0, scale, 1.0), 0.0))
+
+
+def jumps(ts, q, *, natural=None, rel=REL) -> list[dict]:
     """Save intervals where the scalar or vector series ``q(ts)`` jumps (see module doc);
-    ``natural``: the series of its natural scale, if known.
+    ``natural``: the series of its natural scale, if known. Rows with a non-finite time,
+    value or scale are left out.
 
     Returns ``[{"t0", "t1", "change", "relative"}]``, largest first (at most 5).
     """
@@ -50,20 +79,13 @@ def jumps(ts, q, *, natural=None, rel=REL, outlier=OUTLIER, floor=FLOOR) -> list
     if len(ts) < 2:
         return []
     q = np.asarray(q, float).reshape(len(ts), -1)
-    s = np.zeros(len(ts)) if natural is None else np.abs(np.asarray(natural, float).reshape(len(ts)))
+    s = np.zeros(len(ts)) if natural is None else np.asarray(natural, float).reshape(len(ts))
     ok = np.all(np.isfinite(q), axis=1) & np.isfinite(ts) & np.isfinite(s)
     ts, q, s = ts[ok], q[ok], s[ok]
     if len(ts) < 2:
         return []
-    d = np.linalg.norm(np.diff(q, axis=0), axis=1)
-    scale = max(float(np.linalg.norm(q[0])), float(np.linalg.norm(q - q[0], axis=1).max()),
-                float(s.max()))
-    if scale <= 0:
-        return []
-    short = len(d) < MIN_INTERVALS
-    big = (d > (REL_SHORT if short else rel) * scale) & (d > floor)
-    if not short:
-        big &= d > outlier * max(float(np.median(d)), np.finfo(float).tiny)
+    d, big, scale = (np.asarray(a) for a in flagged(q, np.ones(len(ts), bool),
+                                                    None if natural is None else s, rel=rel))
     idx = np.flatnonzero(big)
     idx = idx[np.argsort(-d[idx])][:5]
     return [{"t0": float(ts[i]), "t1": float(ts[i + 1]), "change": float(d[i]),

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .. import scenarios
-from ..batch import member_values, scenario_batch, sweep
+from ..batch import conserved_by_member, member_values, scenario_batch, sweep
 from ._common import UsageError, check_outputs, design_args, emit, one_line_errors, parse_sets, run_settings
 
 
@@ -78,7 +78,7 @@ def main(args) -> int:
         except ValueError:
             raise UsageError(f"--devices: 'all' or a count, got {devices!r}") from None
     res = sweep(system, params, chunk=args.chunk, devices=devices, progress=not args.quiet,
-                members=members, **st)
+                members=members, conserved=conserved_by_member(sc, members), **st)
     if args.csv is not None:
         res.write_csv(args.csv)
     obj = {"scenario": sc.name, **res.to_json()}
