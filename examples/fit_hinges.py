@@ -39,7 +39,7 @@ for n in res.names:
 print(f"residual rms {res.rms:.3g} rad after {res.iterations} iterations")
 
 system, params, _ = sc.make(res.params)
-tr = simulate(system, t1=float(data.t[-1]), dt=sc.dt, params=params, saveat=data.t)
+tr = simulate(system, params=params, saveat=data.t, **sc.run_settings(t1=float(data.t[-1])))
 out = Path("out")
 out.mkdir(exist_ok=True)
 fig, ax = plt.subplots(figsize=(7, 4))

@@ -19,17 +19,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from diffmb.batch import member_values, scenario_batch, sweep  # noqa: E402
-from diffmb.scenarios import get  # noqa: E402
+from diffmb.batch import sweep_scenario  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--batch", type=int, default=256)
 ap.add_argument("--devices", default=None)
 args = ap.parse_args()
 
-members = member_values({"K": (0.02, 0.3), "c": (0.0, 0.1)}, {}, args.batch, sample="random", seed=1)
-system, params = scenario_batch(get("fold-4panel"), members)
-res = sweep(system, params, t1=10.0, dt=1e-3, members=members, devices=args.devices, progress=True)
+# the scenario's run settings (projection, Dopri5 at rtol 1e-10)
+res = sweep_scenario("fold-4panel", {"K": (0.02, 0.3), "c": (0.0, 0.1)}, n=args.batch, sample="random",
+                     seed=1, devices=args.devices, progress=True)
+print(f"status: {res.status_counts}")
 print(f"{res.batch} designs x 10 s in {res.wall_s:.2f} s (+{res.compile_s:.1f} s compile): "
       f"{res.throughput:.0f} simulated s per wall s on {res.devices} device(s)")
 rows = res.rows()

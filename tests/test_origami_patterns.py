@@ -262,7 +262,7 @@ def test_scheel_ring_is_rigid_and_fold_scenario_registered():
     system, info = build(scheel(4, 1))
     assert info.n_p == 4 and system.closures.report.rank == 4
     sc = get(str(EXAMPLES / "miura_3x3.fold"))
-    assert sc.name == "miura_3x3" and sc.stabilization == "projection" and sc.solver == "rk4"
+    assert sc.name == "miura_3x3" and sc.stabilization == "projection" and sc.solver == "dopri5"
     assert set(sc.defaults) >= {"density", "K", "c"}
     assert get("miura").stabilization == "projection" and get("scheel").stabilization == "projection"
 
