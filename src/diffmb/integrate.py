@@ -49,7 +49,7 @@ _rk4_tableau = ButcherTableau(
 
 #: Save points at which :meth:`~diffmb.system.System.sampled_diagnostics` (costly ones:
 #: the closure rank) are evaluated, evenly spaced over the run's save grid.
-SAMPLED_POINTS = 51
+SAMPLED_POINTS = 21
 
 
 class RK4(AbstractERK):
