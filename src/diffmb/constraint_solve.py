@@ -43,9 +43,19 @@ from jax import lax
 
 from .closures import buckets
 
-#: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring).
+#: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring), by
+#: precision. ``M + rho G^T G`` keeps ``M`` only to ``eps kappa``: 1e-8 in float64, but
+#: float32's 7 digits would lose it entirely at 1e8. float32 takes ``kappa = 1e3`` (``M``
+#: kept to 1e-4) and more iterations instead, each shrinking a constraint error by
+#: ``1 / (1 + rho s)``: six of them reach float32's round-off.
 KAPPA = 1e8
 ITERATIONS = 3
+KAPPA_FLOAT32 = 1e3
+ITERATIONS_FLOAT32 = 6
+
+
+def _low_precision(dtype) -> bool:
+    return jnp.finfo(dtype).bits < 64
 
 
 #: Closure sets with ``P * 6 * nv`` at most this are also held as a dense ``G``: products
@@ -163,7 +173,7 @@ class Factor(eqx.Module):
     M: jnp.ndarray
     G: Blocks
 
-    def solve(self, f, b, iterations: int = ITERATIONS):
+    def solve(self, f, b, iterations: int | None = None):
         """``(x, lambda)`` of ``min 1/2 x^T M x - f^T x  s.t.  G x = b`` (``b (P, 6)``,
         zero on unconstrained rows): ``M x = f - G^T lambda``.
 
@@ -174,6 +184,8 @@ class Factor(eqx.Module):
         unconstrained directions of ``x`` by ``eps kappa``) is refined away.
         """
         G, rho, M = self.G, self.rho, self.M
+        if iterations is None:
+            iterations = ITERATIONS_FLOAT32 if _low_precision(M.dtype) else ITERATIONS
         x = self._solve(f + G.apply_T(rho * b))                     # lambda_0 = 0, x_0 = 0
         Gx, Mx = self._products(x)
         lam = rho * (Gx - b)
@@ -207,8 +219,11 @@ class Factor(eqx.Module):
         return GM[: 6 * P].reshape(P, 6), GM[6 * P:]
 
 
-def factor(M, G: Blocks, kappa: float = KAPPA) -> Factor:
-    """Factor ``M + rho G^T G`` with ``rho = kappa mean(diag M) / max(diag G^T G)``."""
+def factor(M, G: Blocks, kappa: float | None = None) -> Factor:
+    """Factor ``M + rho G^T G`` with ``rho = kappa mean(diag M) / max(diag G^T G)``
+    (``kappa``: :data:`KAPPA`, or :data:`KAPPA_FLOAT32` in lower precision)."""
+    if kappa is None:
+        kappa = KAPPA_FLOAT32 if _low_precision(M.dtype) else KAPPA
     GtG = G.gram_lower()
     scale = jnp.mean(jnp.diagonal(M)) / jnp.maximum(jnp.max(jnp.diagonal(GtG)), 1e-300)
     rho = lax.stop_gradient(kappa * scale)

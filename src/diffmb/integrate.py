@@ -280,6 +280,10 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
         else:
             max_steps = 1 << 20
     dtype = x0.dtype
+    # tolerances below the state's resolution collapse the step size (float32 at the
+    # origami defaults' rtol 1e-10): raise them to 100 eps of its dtype
+    resolution = 100 * float(jnp.finfo(dtype).eps)
+    rtol, atol = max(float(rtol), resolution), max(float(atol), resolution * 1e-2)
     if fixed:
         # Equal steps that land on t1 exactly: diffrax would otherwise take ceil(span/dt)
         # steps of dt and a sliver, and float round-off in span/dt adds a step.
