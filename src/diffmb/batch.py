@@ -59,6 +59,9 @@ DEFAULT_CHUNK = 32
 #: seconds per second in chunks of 1024 and 4252 in one chunk of 8192.
 ACCELERATOR_CHUNK = 8192
 
+#: the metric column (``<name>_jump``) of each conserved diagnostic
+_JUMP = {"energy": "energy", "angular_momentum": "momentum"}
+
 
 def default_chunk(devices) -> int:
     """Members per compiled call for ``devices`` (a list of jax devices)."""
@@ -146,14 +149,13 @@ class SweepResult:
     def statuses(self) -> list:
         """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
         jumped) | ``event`` | ``diverged`` | ``max_steps``."""
+        none = np.zeros(self.batch)
         out = []
         for i, c in enumerate(np.asarray(self.table["status"]).astype(int)):
-            name = STATUS_NAMES[int(c)]
             kept = self.conserved[i] if i < len(self.conserved) else ()
-            if name == "success" and any(float(self.table.get(f"{_JUMP[k]}_jump", np.zeros(self.batch))[i]) > 0
-                                         for k in kept if k in _JUMP):
-                name = "suspect"
-            out.append(name)
+            jumped = any(self.table.get(f"{_JUMP[k]}_jump", none)[i] > 0 for k in kept if k in _JUMP)
+            name = STATUS_NAMES[int(c)]
+            out.append("suspect" if name == "success" and jumped else name)
         return out
 
     @property
@@ -199,9 +201,6 @@ class SweepResult:
             w.writeheader()
             w.writerows(rows)
         return path
-
-_JUMP = {"energy": "energy", "angular_momentum": "momentum"}
-
 
 def _devices(devices):
     if devices is None:
