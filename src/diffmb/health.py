@@ -13,15 +13,15 @@ phase or a damped latch capturing changes the energy quickly and rightly.
 Rules, per save interval ``k`` with change ``d_k`` of the quantity:
 
 * ``|d_k| > rel * scale`` (``rel`` = 1e-3; 1e-6 for the angular momentum on its
-  natural scale) with ``scale = max(|q_0|, max_t |q(t) - q_0|, max_t s(t))``,
-  where ``s`` is the quantity's natural scale when the system reports one: the kinetic
-  energy for the energy, the bodies' angular momenta by magnitude
-  (``momentum_scale``) for the angular momentum. ``q`` itself is no scale when it is
-  near zero (a release from rest has ``h = 0`` throughout, up to round-off), and
-
+  natural scale) with ``scale = max(|q_0|, max_t |q(t) - q_0|, max_t s(t))``, and
 * ``|d_k| > FLOOR`` (1e-9 in SI units), and
 * ``|d_k| > outlier * median_k |d_k|`` (skipped for runs of fewer than 5 intervals,
   where ``rel`` is raised to ``rel_short``: one or two RK4 steps are judged on size alone).
+
+``s`` is the quantity's natural scale when the system reports one: the kinetic energy
+for the energy, the bodies' angular momenta by magnitude (``momentum_scale``) for the
+angular momentum. ``q`` itself is no scale when it is near zero: a release from rest
+has ``h = 0`` throughout, up to round-off.
 """
 
 from __future__ import annotations
