@@ -9,6 +9,7 @@ Every formulation in diffmb compiles down to a :class:`System`:
                               writes; ``vector_field`` calls it through one inner jit);
 ``project(x, params)``        post-step manifold correction (identity by default);
 ``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
+``sampled_diagnostics(x, params)``  costly ones (the closure rank), at a sample of the save points;
 ``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
 ``coordinate_names``          the position-level subset of ``state_names``;
 ``coordinate_roles``          hinge angles, hub rate and attitude, elastic amplitudes, positions (the
