@@ -365,7 +365,6 @@ def _rates_at(model, q, v):
     return coordinate_rates(model, q, v)
 
 
-
 @dataclass(frozen=True)
 class RankReport:
     """Outcome of the redundancy analysis of a closure set."""

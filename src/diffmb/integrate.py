@@ -346,9 +346,7 @@ def compile_simulation(system: System, **kwargs):
         new = simulate(system, _compile_only=True, **{**kwargs, **changes}) if changes else args
         if new[0] != args[0] or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
             raise ValueError(f"compile_simulation: {sorted(changes)} change the compiled structure")
-        tr = compiled(*new)
-        diag, viol = diagnose(system, new[2], tr.ts, tr.xs, new[3])
-        return dataclasses.replace(tr, diagnostics=diag, violation=viol)
+        return _with_diagnostics(compiled(*new), system, new[2], new[3], diagnose)
 
     return run, seconds
 
@@ -505,6 +503,6 @@ def _diagnose(system, params, ts, xs, x0):
     return {k: blank(v) for k, v in diag.items()}, {k: blank(v) for k, v in viol.items()}
 
 
-def _with_diagnostics(tr: Trajectory, system, params, x0) -> Trajectory:
-    diag, viol = _diagnose(system, params, tr.ts, tr.xs, x0)
+def _with_diagnostics(tr: Trajectory, system, params, x0, diagnose=_diagnose) -> Trajectory:
+    diag, viol = diagnose(system, params, tr.ts, tr.xs, x0)
     return dataclasses.replace(tr, diagnostics=diag, violation=viol)
