@@ -6,14 +6,22 @@ A record is a time column ``t`` [s] and named columns that match a System's
 must be diffmb's SI units (m, rad, s and their rates; MRPs are dimensionless), and where
 the System tells which coordinates are lengths and which angles (tree models) the unit must
 match the coordinate. Bad files raise ValueError naming the file, row and column.
+
+An npz record holds arrays ``t`` and named columns, or is a trajectory ``diffmb run``
+wrote (``<out>/<scenario>.npz``, :meth:`diffmb.trajectory.Trajectory.save`): its save
+times and position-level coordinates (``coordinate_names``: the hinge angles, the hub's
+attitude and position) are the record, the reached rows only. A folder, a missing file or
+content that is neither CSV text nor an npz archive is one ValueError naming the path.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +33,9 @@ _UNIT = re.compile(r"^\s*([^\[\]]+?)\s*(?:\[\s*([^\]]*)\s*\])?\s*$")
 _ANY_SI = set().union(*SI_UNITS.values())
 #: The unit a file header gives each kind of coordinate.
 UNIT_OF_KIND = {"length": "m", "angle": "rad", "speed": "m/s", "rate": "rad/s"}
+#: What a data file must be, for messages.
+EXPECTED = "a CSV or npz record (a 't' column and named columns, or the npz `diffmb run` writes)"
+_ZIP = b"PK\x03\x04"  # an npz is a zip archive
 
 
 @dataclass(frozen=True)
@@ -107,21 +118,84 @@ def _parse_header(path, header, state_names, kinds, sensor_units=None):
     return cols
 
 
+def file_kind(path) -> str:
+    """``"npz"`` (a zip archive) or ``"csv"`` (anything else, read as text) for an existing
+    data file; ValueError naming ``path`` for a folder, a missing file, or an ``.npz`` name
+    on something that is no archive."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        inside = sorted(f for f in os.listdir(path) if f.endswith((".csv", ".npz")))
+        if inside:
+            shown = ", ".join(os.path.join(path, f) for f in inside[:3]) + (", ..." if len(inside) > 3 else "")
+            raise ValueError(f"{path}: is a folder, not a data file; give a CSV or npz record in it: {shown}")
+        raise ValueError(f"{path}: is a folder, not a data file; give {EXPECTED}")
+    if not os.path.isfile(path):
+        raise ValueError(f"data file not found: {path}")
+    with open(path, "rb") as f:
+        head = f.read(len(_ZIP))
+    if head == _ZIP:
+        return "npz"
+    if path.endswith(".npz"):
+        raise ValueError(f"{path}: not an npz archive; expected {EXPECTED}")
+    return "csv"
+
+
+def _text(path) -> str:
+    """The file as text, or one ValueError naming it when it is binary."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: binary content (byte {e.start} is not UTF-8 text); "
+                         f"expected {EXPECTED}") from None
+    if "\x00" in text:
+        raise ValueError(f"{path}: binary content (NUL byte at {text.index(chr(0))}); expected {EXPECTED}")
+    return text
+
+
+def _npz_arrays(path) -> dict:
+    """``{name: float array}`` of an npz record; a trajectory file (``ts``, ``xs`` and JSON
+    ``meta``) becomes ``t`` and its position-level coordinates over the reached rows."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = list(z.keys())
+            trajectory = {"ts", "xs", "meta"} <= set(keys) and "t" not in keys
+            if trajectory:
+                meta = json.loads(str(z["meta"]))
+                ts, xs = np.asarray(z["ts"], float), np.asarray(z["xs"], float)
+            else:
+                arrays = {k: np.asarray(z[k], float) for k in keys}
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path}: cannot read the npz ({e}); expected {EXPECTED}") from None
+    return _trajectory_columns(path, meta, ts, xs) if trajectory else arrays
+
+
+def _trajectory_columns(path, meta, ts, xs) -> dict:
+    states, coords = meta.get("state_names"), meta.get("coordinate_names")
+    if not isinstance(states, list) or not isinstance(coords, list) or xs.ndim != 2 \
+            or xs.shape != (ts.size, len(states)) or not set(coords) <= set(states):
+        raise ValueError(f"{path}: a trajectory file whose 'xs' {xs.shape} does not match its "
+                         f"state_names; expected {EXPECTED}")
+    reached = np.isfinite(ts) & np.all(np.isfinite(xs), axis=1)  # rows a stopped run left NaN
+    out = {"t": ts[reached]}
+    out.update({n: xs[reached, states.index(n)] for n in coords})
+    return out
+
+
 def read_data(path, system, sensor_units=None) -> Data:
     """Read a CSV (header row with ``t`` and state names) or an npz (arrays ``t`` and state
-    names) measured against ``system``; see module docstring for the checks.
+    names, or a trajectory file) measured against ``system``; see module docstring for the
+    checks.
     ``sensor_units``: ``{column: unit}`` of sensor columns the record may also hold
     (:func:`diffmb.sensors.column_units`)."""
     path = os.fspath(path)
     names = tuple(system.state_names)
     kinds = unit_kinds(system)
-    if not os.path.isfile(path):
-        raise ValueError(f"data file not found: {path}")
-    if path.endswith(".npz"):
-        with np.load(path) as z:
-            keys = list(z.keys())
-            cols = _parse_header(path, keys, names, kinds, sensor_units)
-            arrays = {k: np.asarray(z[k], float) for k in keys}
+    if file_kind(path) == "npz":
+        arrays = _npz_arrays(path)
+        keys = list(arrays)
+        cols = _parse_header(path, keys, names, kinds, sensor_units)
         m = arrays["t"].shape
         for k, a in arrays.items():
             if a.shape != m or a.ndim != 1:
@@ -129,8 +203,8 @@ def read_data(path, system, sensor_units=None) -> Data:
         table = np.stack([arrays[c] for c in cols], 1)
         first_row = 0
     else:
-        with open(path, newline="") as f:
-            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+        rows = [r for r in csv.reader(_text(path).splitlines())
+                if r and not r[0].lstrip().startswith("#")]
         if not rows:
             raise ValueError(f"{path}: empty file")
         cols = _parse_header(path, rows[0], names, kinds, sensor_units)
@@ -196,14 +270,13 @@ def state_units(system) -> dict:
 def header_lines(path, key: str) -> list:
     """``(row, text)`` of the CSV's ``# <key>: <text>`` comment lines (none for npz)."""
     path = os.fspath(path)
-    if path.endswith(".npz") or not os.path.isfile(path):
+    if file_kind(path) == "npz":
         return []
     out = []
-    with open(path) as f:
-        for i, line in enumerate(f, start=1):
-            s = line.strip()
-            if s.startswith("#") and s[1:].strip().startswith(key + ":"):
-                out.append((i, s[1:].strip()[len(key) + 1:]))
+    for i, line in enumerate(_text(path).splitlines(), start=1):
+        s = line.strip()
+        if s.startswith("#") and s[1:].strip().startswith(key + ":"):
+            out.append((i, s[1:].strip()[len(key) + 1:]))
     return out
 
 
