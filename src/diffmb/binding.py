@@ -12,13 +12,12 @@ at a second and a joint perturbation, and a parameter that enters nonlinearly (a
 angle that moves the geometry) is refused with a message saying so. Sweeps do not need
 gradients and fall back to one build per member (:func:`build_batch`).
 
-Besides the scenario's names, any System whose params hold a tree ``model`` accepts
-per-coordinate joint parameters ``K.<coordinate>``, ``c.<coordinate>`` and
-``rest.<coordinate>`` (e.g. ``K.theta_2``: that hinge's stiffness only) and
-``inertia_scale`` (mass and inertia of every body but the root, scaled together); one
-with hinge models (:mod:`diffmb.origami.hinges`) accepts one hinge's entry of them,
-``tape.<field>.<coordinate>`` and ``stop.<field>.<coordinate>`` (e.g.
-``tape.M_peak.theta_j``: that tape spring's snap-through moment, positive side).
+Besides the scenario's names, the per-coordinate parameters of
+:mod:`diffmb.coordinate_params` (``K.<coordinate>``, ``inertia_scale``,
+``tape.<field>.<hinge>``, ...) are bound along their exact directions; set in ``overrides``
+or bound, such a name keeps its entry of the params while the scenario's own names are
+probed (``K.theta_j`` overrides ``K`` for that hinge, as in
+:meth:`~diffmb.scenarios.Scenario.make`).
 """
 
 from __future__ import annotations
@@ -28,10 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import scenarios
-
-JOINT_FIELDS = {"K": "stiffness", "c": "damping", "rest": "rest"}
-HINGE_GROUPS = ("tape", "stop")
+from . import coordinate_params, scenarios
 
 
 def _split(params):
@@ -81,66 +77,6 @@ class Binding(eqx.Module):
             out = jax.tree_util.tree_map(lambda x, dx, s=step: x + s * dx, out, _split(d)[0])
         return eqx.combine(out, static)
 
-def _joint_param(name: str, params):
-    """``(field, index)`` for ``K.<coord>`` style names, or ``None``."""
-    head, dot, coord = name.partition(".")
-    if not dot or head not in JOINT_FIELDS:
-        return None
-    model = params.get("model") if isinstance(params, dict) else None
-    if model is None:
-        raise ValueError(f"parameter {name!r}: per-coordinate parameters need a tree model in params")
-    names = list(model.coordinate_names)
-    if coord not in names:
-        raise ValueError(f"parameter {name!r}: no coordinate {coord!r}; coordinates: {', '.join(names)}")
-    return JOINT_FIELDS[head], names.index(coord)
-
-
-def _direct(name: str, params):
-    """``d params / d value`` and the base value of a per-coordinate or inertia parameter."""
-    zeros = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, params)
-    if name == "inertia_scale":
-        model = params.get("model") if isinstance(params, dict) else None
-        if model is None:
-            raise ValueError("parameter 'inertia_scale' needs a tree model in params")
-        keep = jnp.asarray([0.0] + [1.0] * (len(model.body_names) - 1), model.mass.dtype)
-        zm = zeros["model"]
-        zm = eqx.tree_at(lambda m: (m.mass, m.inertia), zm,
-                         (model.mass * keep, model.inertia * keep[:, None, None]))
-        return {**zeros, "model": zm}, 1.0
-    field, i = _joint_param(name, params)
-    arr = getattr(params["model"], field)
-    d = eqx.tree_at(lambda m: getattr(m, field), zeros["model"], jnp.zeros_like(arr).at[i].set(1.0))
-    return {**zeros, "model": d}, float(arr[i])
-
-
-def _is_direct(name: str) -> bool:
-    head, dot, rest = name.partition(".")
-    return name == "inertia_scale" or (bool(dot) and head in JOINT_FIELDS) or (
-        head in HINGE_GROUPS and rest.count(".") == 1)
-
-
-def _hinge_param(name: str, system, params):
-    """``d params / d value`` and the base value of ``tape.<key>.<coordinate>`` or
-    ``stop.<key>.<coordinate>``: one hinge's entry of a hinge model's per-hinge arrays
-    (:mod:`diffmb.origami.hinges`; e.g. ``tape.M_peak.theta_j``)."""
-    group, _, rest = name.partition(".")
-    key, _, coord = rest.partition(".")
-    forcing = params.get("forcing") if isinstance(params, dict) else None
-    if not isinstance(forcing, dict) or group not in forcing:
-        raise ValueError(f"parameter {name!r}: this system has no {group!r} hinge model")
-    if key not in forcing[group]:
-        raise ValueError(f"parameter {name!r}: no {group} field {key!r}; fields: {', '.join(forcing[group])}")
-    names = list(params["model"].coordinate_names)
-    indices = list(getattr(getattr(system, "tau_fn", None), "indices", ()))
-    hinges = [names[i] for i in indices]
-    if coord not in hinges:
-        raise ValueError(f"parameter {name!r}: no hinge {coord!r}; hinges: {', '.join(hinges)}")
-    j = hinges.index(coord)
-    arr = forcing[group][key]
-    zeros = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x) if eqx.is_inexact_array(x) else x, params)
-    d = {**zeros["forcing"], group: {**zeros["forcing"][group], key: jnp.zeros_like(arr).at[j].set(1.0)}}
-    return {**zeros, "forcing": d}, float(arr[j])
-
 
 def _probe_step(v: float) -> float:
     return 0.5 * max(abs(v), 1.0)
@@ -174,31 +110,31 @@ def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1
     values = scenario.resolve(overrides)
     system, base, _ = scenario.make(overrides, stabilization)
     stab = getattr(system, "stabilization", stabilization or scenario.stabilization)
-    v0, dirs = [], []
-    probes = {}
+    v0, dirs, probes = {}, {}, {}
     for name in names:
-        if _is_direct(name):
-            d, v = _hinge_param(name, system, base) if name.split(".")[0] in HINGE_GROUPS else _direct(name, base)
-            v0.append(v)
-            dirs.append(d)
+        if name in scenario.defaults:
             continue
-        if name not in values:
+        if not coordinate_params.is_coordinate_param(name):
             raise ValueError(
                 f"scenario {scenario.name!r} has no parameter {name!r}; settable: "
-                f"{', '.join(sorted(values))} (and K.<coordinate>, c.<coordinate>, "
-                f"rest.<coordinate>, inertia_scale, tape.<field>.<hinge>, stop.<field>.<hinge>)")
+                f"{', '.join(sorted(scenario.defaults))} (and {', '.join(coordinate_params.FORMS)})")
+        dirs[name], v0[name] = coordinate_params.direction(name, system, base, values.get(name))
+    # the bound per-coordinate names keep their entries while the scenario's names are probed
+    values = {**values, **v0}
+    for name in names:
+        if name not in scenario.defaults:
+            continue
         d, p2, h = _probe(scenario, values, name, base, stab)
         _check_affine(base, [(d, 2 * h)], p2, name, scenario.name, rtol)
-        probes[name] = h
-        v0.append(values[name])
-        dirs.append(d)
+        probes[name], v0[name], dirs[name] = h, values[name], d
     scen = [n for n in names if n in probes]
     if len(scen) > 1:  # joint perturbation: rules out products of two bound parameters
         pj = _build(scenario, values, probes, stab, "+".join(scen), base)
-        pairs = [(dirs[names.index(n)], probes[n]) for n in scen]
+        pairs = [(dirs[n], probes[n]) for n in scen]
         _check_affine(base, pairs, pj, " and ".join(scen), scenario.name, rtol, joint=True)
-    return Binding(system=system, base=base, values=jnp.asarray(np.asarray(v0, float)),
-                   directions=tuple(dirs), names=names, scenario=scenario.name, stabilization=stab)
+    return Binding(system=system, base=base, values=jnp.asarray(np.asarray([v0[n] for n in names], float)),
+                   directions=tuple(dirs[n] for n in names), names=names, scenario=scenario.name,
+                   stabilization=stab)
 
 
 class NotAffine(ValueError):
@@ -212,7 +148,7 @@ def _build(scenario, values, delta, stab, label, base):
     for k, h in delta.items():
         v[k] = values[k] + h
     try:
-        _, p = scenario.build(v, stab)
+        _, p = scenario.construct(v, stab)
     except ValueError as e:
         raise ValueError(f"parameter {label!r}: scenario {scenario.name!r} rejects a probe "
                          f"at {', '.join(f'{k}={v[k]:g}' for k in delta)}: {e}") from None

@@ -8,12 +8,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import coordinate_params
+
 #: Parameter names of quantities that cannot be negative (stiffness, damping, masses,
 #: densities, lengths, stabilization gains): ``--set K=-1`` is refused, not simulated.
 NONNEGATIVE = re.compile(
     r"^(K|k|c|m|l|a|b|alpha|beta|mu|EI)\d*$"  # bare names and numbered ones (K7, m2, l1)
     r"|^(K|k|c)_|_(k|c|K)$|^ts_(K|Mpeak|Mplat|damping)$"  # K_col, k_t, c_r, stop_k, stop_c
     r"|mass|density|damping|zeta|rho|inertia|length|radius|width|EI_|string_E|^side$|^gap$|_mu$|^hub_i|payload|^wn_"
+    r"|^M_(peak|plateau)"  # a tape spring's moments, per hinge: tape.M_peak.theta_j
 )
 
 
@@ -52,20 +55,27 @@ class Scenario:
     reconfiguration: Callable | None = None
 
     def resolve(self, overrides: dict | None = None) -> dict:
-        """Defaults updated by ``overrides``; unknown names raise ValueError."""
+        """Defaults updated by ``overrides``, plus the per-coordinate parameters
+        (:mod:`diffmb.coordinate_params`: ``K.theta_j``, ...) these set; unknown names,
+        values that are not finite numbers (or one of the parameter's ``choices``) and
+        negative values of a non-negative quantity raise ValueError. Which coordinates
+        exist is checked by :meth:`make`, once the System is built."""
         values = dict(self.defaults)
         for k, v in (overrides or {}).items():
-            if k not in values:
+            if k not in values and not coordinate_params.is_coordinate_param(k):
                 raise ValueError(
                     f"scenario {self.name!r} has no parameter {k!r}; "
-                    f"settable: {', '.join(sorted(values)) or '(none)'}"
+                    f"settable: {', '.join(sorted(self.defaults)) or '(none)'} "
+                    f"(and {', '.join(coordinate_params.FORMS)})"
                 )
-            if isinstance(v, str) and v.strip().lower() in self.choices.get(k, {}):
-                v = self.choices[k][v.strip().lower()]
+            named = self.choices.get(k, {})
+            if isinstance(v, str) and v.strip().lower() in named:
+                v = named[v.strip().lower()]
             try:
                 values[k] = float(v)
             except (TypeError, ValueError):
-                raise ValueError(f"parameter {k!r}: {v!r} is not a number") from None
+                what = f"neither a number nor one of {', '.join(named)}" if named else "not a number"
+                raise ValueError(f"parameter {k!r}: {v!r} is {what}") from None
             if not math.isfinite(values[k]):
                 raise ValueError(f"parameter {k!r}: {v!r} is not a finite number")
             if values[k] < 0 and nonnegative(k):
@@ -81,7 +91,8 @@ class Scenario:
                     rtol=float(pick(rtol, self.rtol)), atol=float(pick(atol, self.atol)))
 
     def make(self, overrides: dict | None = None, stabilization: str | None = None):
-        """``(system, params, values)`` for this case (default stabilization if None)."""
+        """``(system, params, values)`` for this case (default stabilization if None);
+        ``values`` as :meth:`resolve` returns them, per-coordinate ones included."""
         stabilization = self.stabilization if stabilization is None else stabilization
         if stabilization not in self.stabilizations:
             raise ValueError(
@@ -89,8 +100,18 @@ class Scenario:
                 f"not {stabilization!r}"
             )
         values = self.resolve(overrides)
-        system, params = self.build(values, stabilization)
+        system, params = self.construct(values, stabilization)
         return system, params, values
+
+    def construct(self, values: dict, stabilization: str):
+        """``(system, params)`` from resolved ``values``: ``build`` with the scenario's own
+        numbers, then the per-coordinate entries set in the params
+        (:func:`diffmb.coordinate_params.apply`: ``K.theta_j`` overrides ``K`` for that
+        hinge). ValueError naming the coordinates for one that addresses none."""
+        own = {k: v for k, v in values.items() if k in self.defaults}
+        system, params = self.build(own, stabilization)
+        per = {k: v for k, v in values.items() if k not in self.defaults}
+        return system, coordinate_params.apply(system, params, per) if per else params
 
 
 def conserves(*, momentum: bool = False, energy_unless=()) -> Callable:
@@ -108,15 +129,28 @@ def conserves(*, momentum: bool = False, energy_unless=()) -> Callable:
 
 def nonnegative(name: str) -> bool:
     """Whether scenario parameter ``name`` names a quantity that cannot be negative."""
-    base = name.split(".")[0]  # per-hinge names: K.theta_3
-    return bool(NONNEGATIVE.search(base))
+    return bool(NONNEGATIVE.search(_base(name)))
+
+
+def _base(name: str) -> str:
+    """The quantity a name sets: ``K`` of ``K.theta_3``, ``M_peak`` of ``tape.M_peak.theta_j``."""
+    head, _, rest = name.partition(".")
+    if head in coordinate_params.HINGE_GROUPS and rest:
+        return rest.partition(".")[0]
+    return head
 
 
 def _kind(name: str) -> str:
-    base = name.split(".")[0]
+    """What a non-negative parameter is, for messages (first match; else a stiffness)."""
+    base = _base(name)
     for pattern, kind in ((r"^(a|b|alpha|beta)$", "stabilization gain"),
                           (r"^(c|c_.*|.*_c|.*damping.*|zeta.*)$", "damping"),
-                          (r"mass|density|rho|^m\d*$|^mu$|inertia", "mass or inertia"),
+                          (r"^ts_M|^M_", "moment"),  # a tape spring's peak and plateau
+                          (r"^wn_", "natural frequency"),
+                          (r"force_density", "force density"),  # a tensegrity string's
+                          (r"_ratio$", "ratio"),
+                          (r"^string_E$", "Young's modulus"),
+                          (r"mass|density|rho|^m\d*$|^mu$|_mu$|inertia|^hub_i|payload", "mass or inertia"),
                           (r"length|radius|width|^side$|^gap$|^l\d*$", "length")):
         if re.search(pattern, base):
             return kind
