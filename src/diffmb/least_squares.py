@@ -31,12 +31,13 @@ HIGH_CORRELATION = 0.99
 
 
 def levenberg_marquardt(residual, jacobian, z, r, J, *, lower, upper, log_mask, max_iterations, tol,
-                        lam, active=None, on_step=None):
+                        lam, active=None, on_step=None, stop=None):
     """Minimise ``|r(z)|^2`` from ``z`` (with ``r``, ``J`` there) inside the box
     ``[lower, upper]``; ``log_mask`` marks unknowns whose step is capped at
     :data:`MAX_LOG_STEP`. ``residual(z)``, ``jacobian(z) -> (r, J)``. Stops when the
     relative decrease of the cost or the step falls below ``tol``, or when no damped
-    step decreases the cost (a minimum at this precision). Returns
+    step decreases the cost (a minimum at this precision), or when ``stop()`` says so
+    after an iteration (an interrupt: not converged). Returns
     ``(z, r, J, iterations, converged)``."""
     cost, converged, it = float(r @ r), False, 0
     log_mask = np.asarray(log_mask, float)
@@ -72,6 +73,8 @@ def levenberg_marquardt(residual, jacobian, z, r, J, *, lower, upper, log_mask, 
         r, J = map(np.asarray, jacobian(z))
         if rel < tol or small:
             converged = True
+            break
+        if stop is not None and stop():
             break
     return z, r, J, it, converged
 

@@ -237,7 +237,7 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
          rtol=None, atol=None, saveat=201, loss="violation", loss_weights=None, steps=100,
          learning_rate=0.1, clip=1.0, patience=15, min_rel_improvement=1e-3, log=None,
          zero_start=0.1, divergence_penalty=1e3, max_violation=1.0, callback=None,
-         progress=False, stop_at_floor=True) -> TuneResult:
+         progress=False, stop_at_floor=True, stop=None) -> TuneResult:
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
@@ -249,7 +249,9 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     ``patience`` iterations. ``callback(i, loss, params_dict)`` is called every iteration.
     ``stop_at_floor`` (the ``violation`` loss without drift weights): stop, with
     ``stopped = "floor"``, as soon as the loss is at or below :func:`integrator_floor` —
-    at once, without iterating, when the starting values already are.
+    at once, without iterating, when the starting values already are. ``stop()``:
+    checked after every iteration; when it returns True tuning ends there with
+    ``stopped = "interrupted"`` and the best values so far.
     """
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
@@ -321,6 +323,9 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
             break
         if floor is not None and val <= floor:
             stopped = "floor"
+            break
+        if stop is not None and stop():
+            stopped = "interrupted"
             break
         with jax.numpy_dtype_promotion("standard"):  # optax mixes its int step count with floats
             updates, state = opt.update(g, state, z)

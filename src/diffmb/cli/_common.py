@@ -8,10 +8,12 @@ line on stderr with exit code 2 (:func:`fail`, :func:`one_line_errors`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,41 @@ DEFAULT_OUT = "out"
 #: Set by the console script: whether a Ctrl-C arrived before the run's own handler was
 #: in place (its first Ctrl-C only sets a flag, see ``diffmb_cli``).
 pending_interrupt: Callable = lambda: False  # noqa: E731
+
+
+@contextlib.contextmanager
+def interrupts():
+    """Yields ``interrupted()``: whether a Ctrl-C arrived. The first Ctrl-C only sets the
+    flag, which long commands check between chunks, iterations or optimiser steps (a
+    signal that arrives while XLA runs is otherwise delivered inside a host callback,
+    where it can be swallowed); they then stop, keep what they finished and exit 130. A
+    second Ctrl-C interrupts at once."""
+    hits = []
+
+    def handler(signum, frame):
+        hits.append(signum)
+        if len(hits) > 1:
+            raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield lambda: False
+        return
+    try:
+        yield lambda: bool(hits) or pending_interrupt()
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+#: Exit code of a command stopped by Ctrl-C (what it finished is kept).
+INTERRUPTED = 130
+
+
+def stop_if_interrupted():
+    """Raise KeyboardInterrupt when a Ctrl-C arrived while the command was starting."""
+    if pending_interrupt():
+        raise KeyboardInterrupt
 
 
 class UsageError(Exception):
@@ -82,17 +119,54 @@ def positive(name, v):
 def run_settings(args, sc) -> dict:
     """``t1, dt, solver, rtol, atol`` of a command: its options over the scenario's defaults
     (:meth:`~diffmb.scenarios.Scenario.run_settings`), checked; ``dt`` is ``None`` for
-    adaptive solvers unless given (the solver picks its first step)."""
-    for name in ("t1", "dt", "rtol", "atol"):
-        positive(name, getattr(args, name))
-    st = sc.run_settings(t1=args.t1, dt=args.dt, solver=args.solver, rtol=args.rtol, atol=args.atol)
+    adaptive solvers unless given (the solver picks its first step). Tolerances given to
+    a fixed-step solver are refused: they would be ignored."""
+    given = {name: getattr(args, name, None) for name in ("t1", "dt", "rtol", "atol")}
+    for name, v in given.items():
+        positive(name, v)
+    st = sc.run_settings(solver=args.solver, **given)
     positive("t1", st["t1"])
-    if args.dt is None and st["solver"] not in FIXED_SOLVERS:
+    if st["solver"] in FIXED_SOLVERS:
+        tols = [f"--{k}" for k in ("rtol", "atol") if given[k] is not None]
+        if tols:
+            raise UsageError(f"{' and '.join(tols)} set the error control of adaptive solvers; "
+                             f"{st['solver']} takes fixed steps (--dt), so it would ignore them "
+                             f"(give --solver {ADAPTIVE_EXAMPLE} to use them)")
+    if given["dt"] is None and st["solver"] not in FIXED_SOLVERS:
         st["dt"] = None
     if st["dt"] is not None and st["dt"] > st["t1"]:
         raise UsageError(f"--dt {st['dt']:g} s is longer than the run (--t1 {st['t1']:g} s): one step would "
                          f"span the whole motion; give a step well below t1")
     return st
+
+
+ADAPTIVE_EXAMPLE = "dopri5"
+
+
+def check_plot(flag: str, path: Path):
+    """Refuse, before any work, a plot path whose format matplotlib cannot write (or a
+    plot when matplotlib is missing)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UsageError(f"{flag} {path}: plots need matplotlib (pip install 'diffmb[plot]')") from None
+    kinds = Figure().canvas.get_supported_filetypes()
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in kinds:
+        raise UsageError(f"{flag} {path}: {'.' + ext if ext else 'no extension'} is not an image format "
+                         f"matplotlib writes; use one of {', '.join('.' + k for k in sorted(kinds))}")
+
+
+def check_kept(args, *flags: str):
+    """Refuse ``--quiet`` when nothing would keep the result: it prints nothing, so the
+    command needs ``--json`` or one of ``flags`` (e.g. ``--csv``)."""
+    if not getattr(args, "quiet", False) or getattr(args, "json", None) is not None:
+        return
+    if any(getattr(args, f.lstrip("-").replace("-", "_"), None) is not None for f in flags):
+        return
+    ways = " or ".join(["--json PATH"] + [f"{f} PATH" for f in flags])
+    raise UsageError(f"--quiet prints nothing, and without {ways} the result would be thrown away; "
+                     f"give {ways}, or drop --quiet")
 
 
 def check_outputs(*, out_dir: Path | None = None, json_path: Path | None = None, files=()):
@@ -158,9 +232,10 @@ def scenario_args(p):
                    help="override a scenario parameter (repeatable)")
 
 
-def run_args(p, *, help_dt="fixed step [s]"):
-    """``--t1 --dt --solver --rtol --atol``."""
-    p.add_argument("--t1", type=float, metavar="S", help="end time [s] (default: the scenario's)")
+def run_args(p, *, help_dt="fixed step [s]", horizon=True):
+    """``--t1 --dt --solver --rtol --atol`` (``horizon=False``: no ``--t1``)."""
+    if horizon:
+        p.add_argument("--t1", type=float, metavar="S", help="end time [s] (default: the scenario's)")
     p.add_argument("--dt", type=float, metavar="S", help=help_dt)
     p.add_argument("--solver", type=str.lower, choices=SOLVERS, metavar="NAME",
                    help=f"one of {', '.join(SOLVERS)}")
@@ -168,12 +243,13 @@ def run_args(p, *, help_dt="fixed step [s]"):
     p.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
 
 
-def design_args(p, *, run=True):
-    """What the design commands (synth, tune, fit, sweep) share."""
+def design_args(p, *, run=True, horizon=True):
+    """What the design commands (synth, tune, fit, sweep) share (``horizon=False``: no
+    ``--t1``, for fit, whose horizon is the records')."""
     scenario_args(p)
     p.add_argument("--stabilization", choices=STABILIZATIONS, default=None)
     if run:
-        run_args(p)
+        run_args(p, horizon=horizon)
     p.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 

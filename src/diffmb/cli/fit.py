@@ -1,25 +1,34 @@
 """``diffmb fit SCENARIO --data A.csv [--data B.csv ...] [--sensors S.json] --params K,c[,t_offset,...]
-[--shooting S] [--plot PNG] [--json PATH]`` -> fitted values with standard errors, a
-residual report per record and sensor, identifiability warnings."""
+[--shooting S] [--iterations N] [--bound t_offset=S] [--plot PNG] [--json PATH]`` -> fitted
+values with standard errors, a residual report per record and sensor (in the sensors'
+units), and warnings where a value is not to be trusted (at a bound, undetermined, a
+residual far above the noise, parameters the data cannot tell apart). Ctrl-C stops after
+the iteration in flight and keeps the values reached (printed, and in ``--json``); exit 130."""
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 from pathlib import Path
 
 from .. import scenarios
 from ..data import default_columns
 from ..fit import fit
-from ..plot import plot_fit
+from ..fit_residual import NUISANCE_BOUNDS
 from ..records import Record, load_records, resolve_sensors
-from ._common import UsageError, check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings, system_of
+from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, check_plot, design_args, emit,
+                      interrupts, names, one_line_errors, parse_sets, stop_if_interrupted, run_settings,
+                      system_of)
 
 
 def add_parser(sub):
     f = sub.add_parser("fit", help="fit parameters to deployment data", description=(
         "Levenberg-Marquardt fit of scenario parameters (and marker offsets, gyro biases, "
-        "start times) to one or more CSV/npz deployment records."))
-    design_args(f)
+        "start times) to one or more CSV/npz deployment records (an npz that `diffmb run` "
+        "wrote is one)."))
+    design_args(f, horizon=False)
+    f.add_argument("--t1", type=float, help=argparse.SUPPRESS)  # refused with a reason in main
     f.add_argument("--data", type=Path, required=True, action="append", metavar="FILE",
                    help="a deployment record (repeat for several; '# set: NAME=VALUE' lines in a "
                         "CSV give that record's own scenario values)")
@@ -30,13 +39,47 @@ def add_parser(sub):
     f.add_argument("--columns", metavar="A,B", help="data columns to fit (default: every column the "
                    "scenario's records hold, the hinge angles, or every column when sensors are declared)")
     f.add_argument("--shooting", type=int, default=1, metavar="S", help="multiple-shooting segments")
-    f.add_argument("--iterations", type=int, default=30, metavar="N")
+    f.add_argument("--iterations", type=int, default=100, metavar="N",
+                   help="Levenberg-Marquardt iterations in all, shared by the continuation stages")
+    f.add_argument("--bound", action="append", default=[], metavar="KIND=W", dest="bounds",
+                   help="half-width of a nuisance parameter's range: offset=M, bias=RAD_S, "
+                        "t_offset=S (repeatable)")
     f.add_argument("--plot", type=Path, metavar="PNG", help="measured vs fitted outputs per sensor and record")
+
+
+def _bounds(items) -> dict:
+    out = {}
+    for kind, text in parse_sets(items).items():
+        if kind not in NUISANCE_BOUNDS:
+            raise UsageError(f"--bound {kind}={text}: expected one of {', '.join(NUISANCE_BOUNDS)}")
+        try:
+            out[kind] = float(text)
+        except ValueError:
+            raise UsageError(f"--bound {kind}={text}: not a number") from None
+        if not (math.isfinite(out[kind]) and out[kind] > 0):
+            raise UsageError(f"--bound {kind}={text}: must be a positive number")
+    return out
 
 
 @one_line_errors
 def main(args) -> int:
     check_outputs(json_path=args.json, files=[("--plot", args.plot)] if args.plot else [])
+    if args.plot:
+        check_plot("--plot", args.plot)
+    check_kept(args)
+    if args.t1 is not None:
+        raise UsageError("--t1: fit simulates every record over its own time span; a horizon "
+                         "does not apply (trim the record to fit a part of it)")
+    if args.iterations < 1:
+        raise UsageError(f"--iterations must be at least 1, got {args.iterations}")
+    seen = {}
+    for path in args.data:
+        key = path.resolve()
+        if key in seen:
+            raise UsageError(f"--data {path}: given twice (as {seen[key]} before); a record counted "
+                             f"twice would halve the standard errors")
+        seen[key] = path
+    bounds = _bounds(args.bounds)
     sc = scenarios.get(args.scenario)
     st = run_settings(args, sc)
     params = names(args.params)
@@ -53,28 +96,44 @@ def main(args) -> int:
                                  f"to fit a subset")
         records = [Record(r.data.select(expected), r.overrides, r.label) for r in records]
         sensors = tuple(s for s in sensors if set(s.columns) & set(expected))
-    res = fit(sc, records, params, sensors=sensors, overrides=parse_sets(args.sets),
-              stabilization=args.stabilization, dt=st["dt"], solver=st["solver"], rtol=st["rtol"],
-              atol=st["atol"], shooting=args.shooting, max_iterations=args.iterations,
-              callback=None if args.quiet else _progress)
+    stop_if_interrupted()
+    with interrupts() as interrupted:
+        res = fit(sc, records, params, sensors=sensors, overrides=parse_sets(args.sets),
+                  stabilization=args.stabilization, dt=st["dt"], solver=st["solver"], rtol=st["rtol"],
+                  atol=st["atol"], shooting=args.shooting, max_iterations=args.iterations, bounds=bounds,
+                  callback=None if args.quiet else _progress, stop=interrupted)
     obj = {"scenario": sc.name, "data": [str(p) for p in args.data],
            "sensors": [s.to_json() for s in sensors], **res.to_json()}
-    lines = [f"{n:>16} = {res.params[n]:.8g} +- {res.stderr[n]:.2g}   (start {res.initial[n]:.6g})"
-             for n in res.names]
+    lines = [f"{n:>16} = {res.params[n]:.8g} " + (
+        f"+- {res.stderr[n]:.2g}" if math.isfinite(res.stderr[n]) else "(not determined)")
+        + f"   (start {res.initial[n]:.6g})" for n in res.names]
     for rep in res.records:
-        lines.append(f"record {rep['label']}: rms " + ", ".join(f"{k} {v:.3g}" for k, v in rep["rms"].items()))
-    lines.append(f"rms {res.rms:.3e} (start {res.initial_rms:.3e}), {res.iterations} iterations, "
-                 f"{'converged' if res.converged else 'not converged'}; compile {res.compile_s:.1f} s, "
-                 f"fit {res.wall_s:.1f} s")
+        lines.append(f"record {rep['label']}: residual rms " + ", ".join(
+            f"{k} {v:.3g}{_unit(rep['units'].get(k))}" for k, v in rep["rms"].items()))
+    state = ("interrupted: the values reached so far" if res.interrupted else
+             "converged" if res.converged else "not converged (see the warnings)")
+    lines.append(f"{res.iterations} iterations, {state}; compile {res.compile_s:.1f} s, fit {res.wall_s:.1f} s")
     if args.plot:
+        from ..plot import plot_fit  # matplotlib, loaded only when asked
+
         used = resolve_sensors(system, records, sensors)
         lines.append(f"plot: {plot_fit(res, records, used, args.plot, title=sc.name)}")
     emit(args, obj, lines)
+    if res.interrupted:
+        kept = f"; written to {args.json}" if args.json else ""
+        print(f"diffmb: interrupted after {res.iterations} iterations; the values above are the best "
+              f"reached{kept}", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
-def _progress(k, cost, theta):
+def _unit(u):
+    return f" {u}" if u else ""
+
+
+def _progress(k, cost, theta, horizon):
     shown = ", ".join(f"{n} {v:.5g}" for n, v in list(theta.items())[:4])
-    print(f"iteration {k}: cost {cost:.4g}  {shown}{' ...' if len(theta) > 4 else ''}", file=sys.stderr, flush=True)
-
-
+    where = (horizon if not isinstance(horizon, float) else "whole records" if horizon >= 1.0
+             else f"first {horizon:.0%} of the records")
+    print(f"iteration {k} ({where}): cost {cost:.4g}  {shown}{' ...' if len(theta) > 4 else ''}",
+          file=sys.stderr, flush=True)

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from .. import scenarios
-from ..batch import conserved_by_member, member_values, scenario_batch, sweep
-from ._common import UsageError, check_outputs, design_args, emit, one_line_errors, parse_sets, run_settings
+from ..batch import METRICS, conserved_by_member, member_values, scenario_batch, sweep
+from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, design_args, emit, interrupts,
+                      one_line_errors, parse_sets, stop_if_interrupted, run_settings)
 
 
 def add_parser(sub):
@@ -56,6 +57,7 @@ def ranges_all_counted(args) -> bool:
 @one_line_errors
 def main(args) -> int:
     check_outputs(json_path=args.json, files=[("--csv", args.csv)])
+    check_kept(args, "--csv")
     sc = scenarios.get(args.scenario)
     st = run_settings(args, sc)
     if args.batch is not None and args.batch < 1:
@@ -77,17 +79,23 @@ def main(args) -> int:
             devices = int(devices)
         except ValueError:
             raise UsageError(f"--devices: 'all' or a count, got {devices!r}") from None
-    res = sweep(system, params, chunk=args.chunk, devices=devices, progress=not args.quiet,
-                members=members, conserved=conserved_by_member(sc, members), **st)
+    stop_if_interrupted()
+    with interrupts() as interrupted:
+        res = sweep(system, params, chunk=args.chunk, devices=devices, progress=not args.quiet,
+                    members=members, conserved=conserved_by_member(sc, members), stop=interrupted, **st)
     if args.csv is not None:
         res.write_csv(args.csv)
     obj = {"scenario": sc.name, **res.to_json()}
     rows = res.rows()
-    keys = list(rows[0])
+    keys, empty = _shown(rows, members)
     head = "  ".join(f"{k:>14}" for k in keys)
     lines = [head] + ["  ".join(f"{_cell(r[k]):>14}" for k in keys) for r in rows[:20]]
     if len(rows) > 20:
         lines.append(f"  ... {len(rows) - 20} more members")
+    lines += [f"  {k}: {METRICS[k]}" for k in keys if k in METRICS]
+    if empty:
+        lines.append(f"  not shown, NaN for every member: {', '.join(empty)} "
+                     f"({'; '.join(_why(k) for k in empty)})")
     lines.append(f"{res.batch} members x {res.t1:g} s in {res.wall_s:.3g} s on {res.devices} device(s) "
                  f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second")
     counts = ", ".join(f"{n} {k}" for k, n in res.status_counts.items() if n)
@@ -95,7 +103,28 @@ def main(args) -> int:
     lines.append(f"status: {counts}" + (f"; diverged members: {bad[:20]}{' ...' if len(bad) > 20 else ''}"
                                         if bad else "; no member diverged"))
     emit(args, obj, lines)
+    if res.interrupted:
+        kept = " and ".join(str(p) for p in (args.csv, args.json) if p is not None)
+        print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
+              + (f", kept in {kept}" if kept else ", printed above"), file=sys.stderr)
+        return INTERRUPTED
     return 0
+
+
+def _shown(rows, members):
+    """The columns worth a reader's look: the members' values, then every metric that
+    is a number for some member (``--csv``/``--json`` keep all of them)."""
+    keys = list(rows[0])
+    empty = [k for k in keys if k in METRICS and k != "status"
+             and all(isinstance(r[k], float) and math.isnan(r[k]) for r in rows)]
+    return [k for k in keys if k not in empty], empty
+
+
+def _why(key):
+    return {"time_to_flat": "no member reached flat",
+            "time_to_final": "the hinges still move at the end",
+            "energy_drift": "no member conserves energy",
+            "momentum_drift": "no member conserves angular momentum"}.get(key, "not measured")
 
 
 def _cell(v):

@@ -8,7 +8,8 @@ import sys
 
 from .. import scenarios
 from ..tune import LOSSES, tune
-from ._common import UsageError, check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings
+from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, design_args, emit, interrupts, names,
+                      one_line_errors, parse_sets, stop_if_interrupted, run_settings)
 
 
 def add_parser(sub):
@@ -26,6 +27,7 @@ def add_parser(sub):
 @one_line_errors
 def main(args) -> int:
     check_outputs(json_path=args.json)
+    check_kept(args)
     sc = scenarios.get(args.scenario)
     st = run_settings(args, sc)
     if args.steps < 1:
@@ -37,10 +39,13 @@ def main(args) -> int:
             print(f"  {i:4d}  loss {loss:.6e}  " + "  ".join(f"{k}={v:.6g}" for k, v in p.items()),
                   file=sys.stderr, flush=True)
 
-    res = tune(sc, params, overrides=parse_sets(args.sets), stabilization=args.stabilization,
-               steps=args.steps, learning_rate=args.lr, loss=args.loss,
-               loss_weights=({"w_energy": args.w_energy, "w_momentum": args.w_momentum}
-                             if args.loss == "violation" else None), callback=show, **st)
+    stop_if_interrupted()
+    with interrupts() as interrupted:
+        res = tune(sc, params, overrides=parse_sets(args.sets), stabilization=args.stabilization,
+                   steps=args.steps, learning_rate=args.lr, loss=args.loss,
+                   loss_weights=({"w_energy": args.w_energy, "w_momentum": args.w_momentum}
+                                 if args.loss == "violation" else None), callback=show,
+                   stop=interrupted, **st)
     obj = {"scenario": sc.name, **res.to_json()}
     if res.stopped == "floor" and not res.history:
         emit(args, obj, [f"loss {res.initial_loss:.3e} at " + _fmt(res.initial) + " is already at the "
@@ -54,6 +59,11 @@ def main(args) -> int:
                      f"best    loss {res.best_loss:.6e} at " + _fmt(res.best),
                      f"reduction {ratio:.3g}x in {len(res.history)} iterations ({why}); "
                      f"{res.wall_s:.1f} s + {res.compile_s:.1f} s compile"])
+    if res.stopped == "interrupted":
+        kept = f"; written to {args.json}" if args.json else ""
+        print(f"diffmb: interrupted after {len(res.history)} iterations; the best values are "
+              f"printed above{kept}", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
