@@ -187,7 +187,7 @@ def test_cli_synth_and_fit_with_sensors_and_two_records(tmp_path):
     head = open(tmp_path / "b.csv").read().splitlines()[:4]
     assert head[2] == "# set: theta0=0.6" and head[3].startswith("t [s],tip_x [m]")
     rc, out, err = _cli("fit", "pendulum", "--data", str(tmp_path / "a.csv"), "--data", str(tmp_path / "b.csv"),
-                        "--set", "damping=0.6", "--set", "g=8", "--params", "g,damping,t_offset", "--t1", "2",
+                        "--set", "damping=0.6", "--set", "g=8", "--params", "g,damping,t_offset",
                         "--plot", str(tmp_path / "fit.png"), "--json", str(tmp_path / "fit.json"))
     assert rc == 0, err
     res = json.load(open(tmp_path / "fit.json"))
@@ -195,7 +195,7 @@ def test_cli_synth_and_fit_with_sensors_and_two_records(tmp_path):
     assert res["params"]["damping"] == pytest.approx(0.3, rel=0.05)
     assert res["params"]["t_offset[a]"] == pytest.approx(0.1, abs=3 * res["stderr"]["t_offset[a]"])
     assert [r["overrides"] for r in res["records"]] == [{}, {"theta0": 0.6}]
-    assert "record b: rms tip" in out and (tmp_path / "fit.png").stat().st_size > 10_000
+    assert "record b: residual rms tip" in out and " m," in out and (tmp_path / "fit.png").stat().st_size > 10_000
     # errors: one line, exit 2, naming file, sensor and field
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"sensors": [{"name": "tip", "type": "marker", "body": "arm", "point": [0, 0, 0]}]}))

@@ -34,12 +34,12 @@ import numpy as np
 
 from . import scenarios
 from .binding import Binding, _same_structure, bind, run_options
-from .data import Data, default_columns, sample_times
-from .fit_residual import Residual, Unknowns, predictions, residual_and_jacobian, residual_value
+from .data import Data, default_columns, sample_times, state_units
+from .fit_residual import NUISANCE_BOUNDS, Residual, Unknowns, predictions, residual_and_jacobian, residual_value
 from .integrate import simulate
 from .least_squares import IdentifiabilityWarning, covariance, identifiability, levenberg_marquardt
 from .records import as_records, resolve_sensors, stack
-from .sensors import Sensor, SensorModel
+from .sensors import Sensor, SensorModel, column_units
 
 
 @dataclass
@@ -68,9 +68,11 @@ class FitResult:
     columns: tuple = ()
     predictions: object = None
     noise: dict = field(default_factory=dict)
+    interrupted: bool = False
 
     def to_json(self) -> dict:
         return {"params": self.params, "stderr": self.stderr, "rms": self.rms,
+                "interrupted": self.interrupted,
                 "initial": {"params": self.initial, "rms": self.initial_rms},
                 "iterations": self.iterations, "converged": self.converged,
                 "correlation": {"names": list(self.names), "matrix": self.correlation},
@@ -85,6 +87,17 @@ REWEIGHT_ROUNDS = 4
 #: A continuation stage fits the unknowns whose sensitivity over its horizon is at least
 #: this fraction of their sensitivity over the whole records.
 STAGE_SENSITIVITY = 1e-2
+
+
+def default_t_offset_bound(span: float) -> float:
+    """Default half-width of a record's fitted start time: :data:`NUISANCE_BOUNDS`'s, or a
+    quarter of the record's span when that is longer (a release late in a long record)."""
+    return max(NUISANCE_BOUNDS["t_offset"], 0.25 * span)
+
+
+#: Root-mean-square of the noise-weighted residual above which the data are said not to
+#: be explained by the model: Gaussian noise of the declared size gives 1.
+MISFIT = 3.0
 
 
 def _is_nuisance(name: str) -> bool:
@@ -188,7 +201,14 @@ def problem(scenario, data, names, *, sensors=None, overrides=None, stabilizatio
     for n, v, m in zip(physics, v0, lmask):
         if m and not v > 0:
             raise ValueError(f"parameter {n!r}: log-space fit needs a positive start, got {v:g}")
-    nb = unknowns.nuisance_bounds(bounds)
+    informative = int(sum(max(r.data.t.size - 1, 0) for r in records))
+    if informative < len(names):
+        raise ValueError(f"{', '.join(str(r.data.path) for r in records)}: {informative} sample time"
+                         f"{'s' if informative != 1 else ''} after the first (which the initial state "
+                         f"fixes), fewer than the {len(names)} unknowns ({', '.join(names)}): the fit "
+                         f"cannot determine them; give a longer record")
+    span = float(np.max(t[:, -1] - t[:, 0]))
+    nb = unknowns.nuisance_bounds({"t_offset": default_t_offset_bound(span), **(bounds or {})})
     lower = np.concatenate([[0.0 if (v >= 0 and not m) else -math.inf for v, m in zip(v0, lmask)], -nb])
     upper = np.concatenate([np.full(p, math.inf), nb])
     z = np.concatenate([np.where(lmask, np.log(np.where(lmask, v0, 1.0)), v0), np.zeros(nb.size)])
@@ -206,7 +226,8 @@ def problem(scenario, data, names, *, sensors=None, overrides=None, stabilizatio
 
 def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=None, dt=None, solver=None,
         rtol=None, atol=None, weights=None, bounds=None, shooting=1, continuity_scale=1e-3, log=None,
-        continuation=True, max_iterations=30, tol=1e-8, lm_lambda=1e-3, callback=None) -> FitResult:
+        continuation=True, max_iterations=100, tol=1e-8, lm_lambda=1e-3, callback=None,
+        stop=None) -> FitResult:
     """Fit ``names`` to ``data`` (module docstring).
 
     ``scenario``: a Scenario, its name, or a :class:`~diffmb.binding.Binding`; the starting
@@ -216,37 +237,55 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
     need none). ``names``: scenario parameters (``K``, ``K.theta_2``, ``ts_Mpeak``, ...)
     and nuisance parameters ``offset.<marker>``, ``bias.<gyro>``, ``t_offset``
     (per record). ``bounds``: ``{"offset": m, "bias": rad/s, "t_offset": s}`` half-widths
-    (:data:`~diffmb.fit_residual.NUISANCE_BOUNDS`). ``weights``: noise std per column (or
-    per sensor, a dict), else the sensors' declared ``sigma``; when columns of more than one
-    sensor kind lack one (markers in m and gyros in rad/s), a second stage weighs each kind
-    by its own residual RMS, so that mixed units are weighted by their noise and the
-    standard errors hold. Parameters that start at or above zero are kept there (a bound,
-    not a log transform); ``log``: names to fit as ``log(value)``. ``continuation``: fit
-    growing prefixes of the records (10, 25, 50, 100 %; off with shooting; ``False``: all
-    at once; or a tuple of fractions). Each stage stops when the relative decrease of the
-    cost or the step falls below ``tol``, or after ``max_iterations``.
+    (:data:`~diffmb.fit_residual.NUISANCE_BOUNDS`; ``t_offset`` by default also at least a
+    quarter of the longest record, :func:`default_t_offset_bound`). ``weights``: noise std
+    per column (or per sensor, a dict), else the sensors' declared ``sigma``; when columns
+    of more than one sensor kind lack one (markers in m and gyros in rad/s), a second stage
+    weighs each kind by its own residual RMS, so that mixed units are weighted by their
+    noise and the standard errors hold. Parameters that start at or above zero are kept
+    there (a bound, not a log transform); ``log``: names to fit as ``log(value)``.
+    ``continuation``: fit growing prefixes of the records (10, 25, 50, 100 %; off with
+    shooting; ``False``: all at once; or a tuple of fractions). ``max_iterations``: the
+    Levenberg-Marquardt iterations of the whole fit, shared by its stages (each stage may
+    use what the earlier ones left, keeping one for every later stage; with fewer than
+    there are stages, only the longest horizons are fitted). A stage stops when the
+    relative decrease of the cost or the step falls below ``tol``.
+    ``callback(k, cost, params, horizon)`` after every iteration, ``horizon`` the stage's
+    fraction of the records (the cost of a stage covers only its horizon: it grows from
+    one stage to the next). ``stop()``: checked after every iteration; when it returns
+    True the fit ends there, ``interrupted``, with the values reached.
+
+    The result says when it is not to be trusted (``warnings``, ``converged = False``): a
+    parameter that ends at a bound (its standard error is then meaningless), a standard
+    error that is not finite, a residual far above the declared noise (:data:`MISFIT`).
     """
     pb = problem(scenario, data, names, sensors=sensors, overrides=overrides, stabilization=stabilization,
                  dt=dt, solver=solver, rtol=rtol, atol=atol, weights=weights, bounds=bounds, shooting=shooting,
                  continuity_scale=continuity_scale, log=log)
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
     if shooting > 1:
         continuation = False if continuation is True else continuation
     res, z, lower, upper, lmask = pb.res, pb.z, pb.lower, pb.upper, pb.log_mask
     records, model, columns, t, y, mask, w, known = (pb.records, pb.sensors, pb.columns, pb.t, pb.y, pb.mask,
                                                       pb.weights, pb.known)
     physics, v0, names, p = pb.physics, pb.start, res.unknowns.names, len(pb.physics)
-    history, it_total, compile_s, converged = [], 0, 0.0, False
+    history, compile_s = [], 0.0
+    budget = {"left": int(max_iterations), "converged": False, "stopped": False}
     t_loop = time.perf_counter()
     initial_rms = None
+    stopped = (lambda: False) if stop is None else stop
 
     seen_full = None
 
     def stage(res, z, horizon_label, iterations):
-        nonlocal compile_s, it_total, converged
+        nonlocal compile_s
         tic = time.perf_counter()
         r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
         if compile_s == 0.0:
             compile_s = time.perf_counter() - tic
+        if iterations < 1 or stopped():
+            return z, r, J
         # a continuation stage moves only what its horizon sees (1 % of the whole
         # record's sensitivity): a tape spring's peak moment, reached late in a
         # deployment, must not wander while the first second is fitted
@@ -257,17 +296,17 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
             theta = _named(res, zz, names)
             history.append({"iteration": len(history) + 1, "horizon": horizon_label, "cost": cost, "params": theta})
             if callback is not None:
-                callback(len(history), cost, theta)
+                callback(len(history), cost, theta, horizon_label)
 
-        z, r, J, its, converged = levenberg_marquardt(
+        z, r, J, its, budget["converged"] = levenberg_marquardt(
             lambda zz: residual_value(res, jnp.asarray(zz)),
             lambda zz: residual_and_jacobian(res, jnp.asarray(zz)), z, r, J,
             lower=lower, upper=upper, log_mask=np.concatenate([lmask, np.zeros(len(z) - p, bool)]),
-            max_iterations=iterations, tol=tol, lam=lm_lambda, active=active, on_step=on_step)
-        it_total += its
+            max_iterations=iterations, tol=tol, lam=lm_lambda, active=active, on_step=on_step, stop=stopped)
+        budget["left"] -= its
         return z, r, J
 
-    stages = _stages(continuation)
+    stages = _stages(continuation)[-int(max_iterations):]
     if len(stages) > 1:
         tic = time.perf_counter()
         seen_full = np.linalg.norm(np.asarray(residual_and_jacobian(res, jnp.asarray(z))[1]), axis=0)
@@ -277,7 +316,7 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
         res = eqx.tree_at(lambda r_: r_.horizon, res, jnp.asarray((t <= t[:, :1] + frac * span + 1e-12).astype(float)))
         if initial_rms is None:
             initial_rms = _rms(np.asarray(predictions(res, jnp.asarray(z))), y, mask)
-        z, r, J = stage(res, z, float(frac), max_iterations)
+        z, r, J = stage(res, z, float(frac), budget["left"] - (len(stages) - 1 - k))
     groups = _noise_groups(known, columns, model)
     if len(groups) > 1 or (groups and known.any()):  # mixed units: weigh each by its own noise
         seen_full = None
@@ -286,30 +325,88 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
             settled = np.allclose(w_new, w, rtol=0.05)
             w = w_new
             res = eqx.tree_at(lambda r_: r_.weights, res, jnp.asarray(w))
-            if settled:
+            if settled or budget["left"] < 1 or stopped():
                 break
-            z, r, J = stage(res, z, "reweighted", max_iterations)
+            z, r, J = stage(res, z, "reweighted", budget["left"])
         r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
 
     theta = np.asarray(res.natural(jnp.asarray(z)))
     scale = np.concatenate([np.where(lmask, theta, 1.0), np.ones(len(z) - p)])
     Jn = J / scale[None, :]
-    cov = covariance(r, Jn)
     n_fit = len(names)
-    se = np.sqrt(np.maximum(np.diag(cov)[:n_fit], 0.0))
-    ident = identifiability(Jn[:, :n_fit], names)
-    for message in ident["warnings"]:
-        warnings.warn(message, IdentifiabilityWarning, stacklevel=2)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        cov = covariance(r, Jn)
+        se = np.sqrt(np.maximum(np.diag(cov)[:n_fit], 0.0))
+        ident = identifiability(Jn[:, :n_fit], names)
     pred = np.asarray(predictions(res, jnp.asarray(z)))
     values = np.concatenate([theta, z[p:n_fit]])
+    trust = _trust(names, values, se, z[:n_fit], lower[:n_fit], upper[:n_fit], lmask,
+                   _weighted_rms(pred, y, mask, w, known))
+    for message in ident["warnings"] + trust:
+        warnings.warn(message, IdentifiabilityWarning if message in ident["warnings"] else FitWarning,
+                      stacklevel=2)
     return FitResult(names=names, params=dict(zip(names, map(float, values))),
                      stderr=dict(zip(names, map(float, se))), rms=_rms(pred, y, mask),
                      initial={**dict(zip(physics, map(float, v0))), **{n: 0.0 for n in names[p:]}},
-                     initial_rms=initial_rms, iterations=it_total, converged=converged, history=history,
-                     wall_s=time.perf_counter() - t_loop - compile_s, compile_s=compile_s,
+                     initial_rms=initial_rms, iterations=int(max_iterations) - budget["left"],
+                     converged=bool(budget["converged"]) and not trust_breaks(trust) and not stopped(),
+                     history=history, wall_s=time.perf_counter() - t_loop - compile_s, compile_s=compile_s,
                      correlation=ident["correlation"].tolist(), condition=ident["condition"],
-                     warnings=ident["warnings"], records=_report(records, model, columns, pred, y, mask),
-                     columns=columns, predictions=pred, noise=dict(zip(columns, map(float, w))))
+                     warnings=ident["warnings"] + trust, records=_report(records, model, columns, pred, y, mask,
+                                     column_units(model.sensors, state_units(res.bindings.system))),
+                     columns=columns, predictions=pred, noise=dict(zip(columns, map(float, w))),
+                     interrupted=bool(stopped()))
+
+
+class FitWarning(UserWarning):
+    """A fitted value or its standard error is not to be trusted (:func:`_trust`)."""
+
+
+#: The start of every :func:`_trust` message that makes a fit "not converged".
+_AT_BOUND, _NO_SE = "ended at its bound", "has no finite standard error"
+
+
+def trust_breaks(messages) -> bool:
+    """Whether any of ``messages`` says a value is not an estimate (at a bound, no error)."""
+    return any(_AT_BOUND in m or _NO_SE in m for m in messages)
+
+
+def _trust(names, values, se, z, lower, upper, lmask, misfit) -> list:
+    """Warnings about the fitted values: those that end at a bound of the box (the data
+    pull them further; the Gauss-Newton standard error assumes an interior minimum and
+    means nothing there), those without a finite standard error, and a residual
+    ``misfit`` times the declared noise (None: no declared noise)."""
+    out = []
+    for i, n in enumerate(names):
+        log = i < len(lmask) and lmask[i]
+        for b, side in ((lower[i], "lower"), (upper[i], "upper")):
+            if log or not math.isfinite(b) or abs(z[i] - b) > 1e-9 * (1.0 + abs(b)):
+                continue
+            if _is_nuisance(n):
+                out.append(f"parameter {n} {_AT_BOUND} ({side}, {values[i]:.6g}): the data pull it "
+                           f"further, so the value is the bound's, not an estimate, and its standard "
+                           f"error means nothing (widen the {n.split('.')[0]} bound)")
+            else:
+                out.append(f"parameter {n} ended at 0, the least it can be: the data may want it "
+                           f"negative, which it physically cannot be; its standard error is one-sided")
+        if not math.isfinite(se[i]) or se[i] > 1e12 * max(abs(values[i]), 1.0):
+            out.append(f"parameter {n} {_NO_SE}: the data do not determine it")
+    if misfit is not None and misfit > MISFIT:
+        out.append(f"the residual is {misfit:.3g}x the declared sensor noise (a good fit gives about 1): "
+                   f"the model does not explain the data (a parameter at a bound, a wrong start, "
+                   f"missing physics), and the standard errors, which assume it does, are too small "
+                   f"to trust")
+    return out
+
+
+def _weighted_rms(pred, y, mask, w, known):
+    """RMS of the noise-weighted residual over the columns with a declared noise (1 for
+    a model that explains the data up to that noise), or None without such columns."""
+    if not np.any(known):
+        return None
+    m = mask[..., known] > 0
+    e = ((pred - y)[..., known] / w[known])[m]
+    return float(np.sqrt(np.mean(e * e))) if e.size else None
 
 
 def _noise_groups(known, columns, model) -> list:
@@ -343,8 +440,9 @@ def _rms(pred, y, mask):
     return math.sqrt(float(np.sum(e * e)) / max(float(mask.sum()), 1.0))
 
 
-def _report(records, model, columns, pred, y, mask):
-    """Per record: residual RMS per sensor (its units) and the sample count."""
+def _report(records, model, columns, pred, y, mask, units):
+    """Per record: residual RMS per sensor in its unit (``units``: per column) and the
+    sample count."""
     by_sensor = {}
     for j, c in enumerate(columns):
         s = next(s for s in model.sensors if c in s.columns)
@@ -357,7 +455,8 @@ def _report(records, model, columns, pred, y, mask):
             if e.size:
                 rms[name] = float(np.sqrt(np.mean(e * e)))
         out.append({"label": rec.label, "file": str(rec.data.path), "samples": int(rec.data.t.size),
-                    "overrides": rec.overrides, "rms": rms})
+                    "overrides": rec.overrides, "rms": rms,
+                    "units": {name: units.get(columns[js[0]]) for name, js in by_sensor.items()}})
     return out
 
 

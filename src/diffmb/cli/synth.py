@@ -8,10 +8,11 @@ the record's own values (``--record NAME=VALUE``) in its header."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from .. import scenarios
-from ..fit import synth
+from ..fit import default_t_offset_bound, synth
 from ..data import state_units, write_data
 from ..sensors import column_units, read_sensors
 from ._common import check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings, system_of
@@ -57,6 +58,11 @@ def main(args) -> int:
            "samples": int(data.t.size), "noise": args.noise, "t_offset": args.t_offset, "seed": args.seed,
            "sensors": [s.to_json() for s in sensors], "record": own,
            "parameters": sc.resolve({**sets, **own})}
+    bound = default_t_offset_bound(float(data.t[-1] - data.t[0]))
+    if abs(args.t_offset) > bound:
+        print(f"diffmb: warning: --t-offset {args.t_offset:g} s is beyond the +-{bound:g} s within which "
+              f"`diffmb fit` looks for this record's start time by default; fit it with "
+              f"--bound t_offset={abs(args.t_offset) * 1.5:.3g}", file=sys.stderr)
     noise = "each sensor's sigma" if args.noise is None and sensors else f"{args.noise or 0:g}"
     emit(args, obj, [f"wrote {path}: {data.t.size} samples of {', '.join(data.names)} (noise {noise})"])
     return 0

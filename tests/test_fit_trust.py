@@ -1,0 +1,90 @@
+"""A fit says when its numbers are not to be trusted: a value pinned at a bound, a
+residual far above the declared noise, a standard error that is not finite, a record too
+short for its unknowns; and ``max_iterations`` is the whole fit's budget."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from diffmb import cli, scenarios
+from diffmb.data import Data
+from diffmb.fit import MISFIT, FitWarning, _trust, fit, synth, trust_breaks
+from diffmb.sensors import parse_sensors
+
+GYRO = [{"name": "rate", "type": "gyro", "body": "link1", "sigma": 1e-3}]
+
+
+@pytest.fixture(scope="module")
+def late_release():
+    """A pendulum released 0.3 s into its 2 s record, seen by a gyro with 1e-3 rad/s noise."""
+    sc = scenarios.get("pendulum")
+    system, _, _ = sc.make({"damping": 0.3})
+    sensors = parse_sensors(GYRO, system)
+    data, _ = synth(sc, {"damping": 0.3}, sensors=sensors, t1=2.0, samples=41, t_offset=0.3, seed=0)
+    return sc, sensors, data
+
+
+def test_a_start_time_pinned_at_its_bound_is_flagged_and_not_converged(late_release):
+    """The bound (0.1 s) keeps the fit from the true start (0.3 s): it ends on the bound,
+    the residual is far above the gyro's noise, and the result says both."""
+    sc, sensors, data = late_release
+    with pytest.warns(FitWarning, match="t_offset.* ended at its bound"):
+        res = fit(sc, data, ["damping", "t_offset"], sensors=sensors, overrides={"damping": 0.3},
+                  bounds={"t_offset": 0.1}, continuation=False, max_iterations=10)
+    name = next(n for n in res.names if n.startswith("t_offset"))
+    assert res.params[name] == pytest.approx(0.1, abs=1e-12) and not res.converged
+    misfit = [w for w in res.warnings if "x the declared sensor noise" in w]
+    assert misfit and float(misfit[0].split("x the")[0].split()[-1]) > MISFIT
+
+
+def test_the_default_bound_reaches_the_start_and_the_fit_is_trusted(late_release):
+    """Same data, the default bound (a quarter of the record, here 0.5 s): an interior
+    estimate within three standard errors of the truth, no warning, converged."""
+    sc, sensors, data = late_release
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FitWarning)
+        res = fit(sc, data, ["damping", "t_offset"], sensors=sensors, overrides={"damping": 0.2},
+                  continuation=False, max_iterations=20)
+    name = next(n for n in res.names if n.startswith("t_offset"))
+    assert res.converged and res.warnings == []
+    assert abs(res.params[name] - 0.3) < 3 * res.stderr[name]
+    assert abs(res.params["damping"] - 0.3) < 3 * res.stderr["damping"]
+
+
+def test_trust_rules():
+    inf = math.inf
+    lower, upper = np.array([0.0, -0.5]), np.array([inf, 0.5])
+    msgs = _trust(("c", "t_offset"), np.array([0.0, 0.2]), np.array([0.01, 0.02]), np.array([0.0, 0.2]),
+                  lower, upper, (False,), None)
+    # a damping at zero is physics (one-sided error), not a failed fit
+    assert len(msgs) == 1 and "c ended at 0" in msgs[0] and not trust_breaks(msgs)
+    msgs = _trust(("c", "t_offset"), np.array([0.1, 0.5]), np.array([inf, 0.02]), np.array([0.1, 0.5]),
+                  lower, upper, (False,), 2.0)
+    assert trust_breaks(msgs) and len(msgs) == 2  # misfit 2 < MISFIT says nothing
+    assert "c has no finite standard error" in msgs[0] and "t_offset ended at its bound (upper, 0.5)" in msgs[1]
+
+
+def test_a_record_shorter_than_its_unknowns_is_refused(capsys, tmp_path):
+    data = Data(t=np.array([0.0, 0.1]), names=("theta",), values=np.array([[0.5], [0.45]]), path="two.csv")
+    with pytest.raises(ValueError, match=r"two.csv: 1 sample time after the first .* fewer than the 2 unknowns"):
+        fit("pendulum", data, ["g", "damping"])
+
+
+def test_iterations_are_the_whole_fits_budget():
+    """Four continuation stages and one iteration: only the whole record is fitted, once."""
+    data, _ = synth("pendulum", {"g": 9.81, "damping": 0.05}, t1=1.0, dt=1e-2, noise=1e-3, seed=1, samples=51)
+    res = fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2, max_iterations=1)
+    assert res.iterations == 1 and [h["horizon"] for h in res.history] == [1.0]
+    res = fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2, max_iterations=5)
+    assert res.iterations <= 5 and res.history[-1]["horizon"] == 1.0
+
+
+def test_synth_warns_of_a_start_the_fit_would_not_search(tmp_path, capsys):
+    assert cli.main(["synth", "pendulum", "--t1", "1", "--dt", "0.01", "--t-offset", "0.6",
+                     "--out", str(tmp_path / "late.csv"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "--t-offset 0.6 s is beyond the +-0.5 s" in err and "--bound t_offset=0.9" in err
