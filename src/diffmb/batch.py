@@ -11,18 +11,28 @@ exercised with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``; on a clus
 ``jax.distributed.initialize()`` in every process first and pass ``devices="all"`` — the
 mesh then spans every process's devices (see README).
 
-Metrics per member (``SweepResult.table``):
+Metrics per member (``SweepResult.table``; :data:`METRICS` says what each column is, and
+the CLI prints that under its table):
 
 ``status``           success / event / diverged / max_steps
 ``t_final``          where the run stopped [s]
 ``time_to_flat``     first save time at which every hinge (the system's ``hinge`` role) is
                      within ``flat_tol_deg`` of 0 (flat), NaN if never
+``time_to_final``    first save time from which every hinge stays within ``flat_tol_deg``
+                     of its angle at the end of the run (when the motion is over), NaN if
+                     the hinges still move at the end
+``peak_hinge_rate``  largest ``|d theta / dt|`` of any hinge [rad/s]
 ``peak_hub_rate``    largest ``|omega|`` of the hub (role ``hub_rate``) [rad/s]
 ``peak_hub_angle``   largest rotation of the hub from its initial attitude (role
                      ``hub_attitude``) [rad]: how far deployment turns the spacecraft
 ``max_violation``    largest position-level constraint violation
-``energy_drift``     largest ``|E - E0| / |E0|``
-``momentum_drift``   largest ``|H - H0|`` of the angular momentum
+``energy_drift``     largest ``|E - E0| / |E0|``: an integration error where the physics
+                     conserves the energy; in :meth:`SweepResult.rows` NaN for a member
+                     whose physics does not (damped, driven: see ``energy_dissipated``)
+``energy_dissipated`` ``E0 - E(t_final)`` [J]: what damping took out (or, negative, what
+                     forcing put in)
+``momentum_drift``   largest ``|H - H0|`` of the angular momentum [N m s]; in ``rows`` NaN
+                     for a member whose physics does not conserve it
 ``energy_jump``, ``momentum_jump``  the largest jump in one save interval relative to
                      the quantity's natural scale, 0 if none (:mod:`diffmb.health`'s rule);
                      where the member's physics conserves the quantity (``conserved``), a
@@ -70,6 +80,40 @@ def default_chunk(devices) -> int:
     return DEFAULT_CHUNK
 
 
+#: What each metric column is, with its unit (module docstring): the CLI's legend.
+METRICS = {
+    "status": "how the run ended (success, suspect: a conserved quantity jumped, event, diverged)",
+    "t_final": "where the run stopped [s]",
+    "time_to_flat": "first time every hinge is within the flat tolerance of 0 [s]",
+    "time_to_final": "first time from which every hinge stays within the tolerance of its final angle [s]",
+    "peak_hinge_rate": "largest hinge rate [rad/s]",
+    "peak_hub_rate": "largest hub angular rate [rad/s]",
+    "peak_hub_angle": "largest hub rotation from its initial attitude [rad]",
+    "max_violation": "largest position-level constraint violation",
+    "energy_drift": "largest |E - E0| / |E0| where the physics conserves energy (an integration error)",
+    "energy_dissipated": "E0 - E(t_final): energy taken out by damping [J]",
+    "momentum_drift": "largest |H - H0| where the physics conserves angular momentum [N m s]",
+    "energy_jump": "largest one-interval energy jump, relative to the motion's scale (0: none)",
+    "momentum_jump": "largest one-interval momentum jump, relative to the motion's scale (0: none)",
+}
+
+
+def _last(x, valid):
+    """The value at the last valid save point (valid points are a prefix)."""
+    n = jnp.maximum(jnp.sum(valid) - 1, 0)
+    return x[n]
+
+
+def _time_to_final(tr, hinge, valid, tol):
+    """First save time from which every hinge stays within ``tol`` of its final angle;
+    NaN when only the last point does (the hinges still move at the end)."""
+    q = tr.xs[:, hinge]
+    off = valid & jnp.any(jnp.abs(q - _last(q, valid)[None, :]) > tol, axis=1)
+    idx = jnp.arange(q.shape[0])
+    first = jnp.max(jnp.where(off, idx, -1)) + 1
+    return jnp.where(first < jnp.sum(valid) - 1, tr.ts[first], jnp.nan)
+
+
 def _metrics(tr, flat_tol):
     valid = jnp.isfinite(tr.ts)
     out = {"status": tr.status_code, "t_final": tr.t_final}
@@ -78,6 +122,11 @@ def _metrics(tr, flat_tol):
         flat = valid & jnp.all(jnp.abs(tr.xs[:, hinge]) <= flat_tol, axis=1)
         first = jnp.argmax(flat)
         out["time_to_flat"] = jnp.where(jnp.any(flat), tr.ts[first], jnp.nan)
+        out["time_to_final"] = _time_to_final(tr, hinge, valid, flat_tol)
+        names = list(tr.state_names)
+        rates = [names.index(names[i] + "_dot") for i in hinge if names[i] + "_dot" in names]
+        if rates:
+            out["peak_hinge_rate"] = jnp.max(jnp.where(valid[:, None], jnp.abs(tr.xs[:, np.asarray(rates)]), 0.0))
     hub = tr.role_columns("hub_rate")
     if hub.size:
         w = jnp.where(valid[:, None], tr.xs[:, hub], 0.0)
@@ -92,6 +141,7 @@ def _metrics(tr, flat_tol):
         e = tr.diagnostics["energy"]
         rel = jnp.abs(e - e[0]) / jnp.maximum(jnp.abs(e[0]), 1e-300)
         out["energy_drift"] = jnp.max(jnp.where(valid, rel, 0.0))
+        out["energy_dissipated"] = e[0] - _last(e, valid)
         out["energy_jump"] = health.largest_jump(e, valid, tr.diagnostics.get("kinetic_energy"))
     if "angular_momentum" in tr.diagnostics:
         h = tr.diagnostics["angular_momentum"]
@@ -101,6 +151,10 @@ def _metrics(tr, flat_tol):
         out["momentum_jump"] = health.largest_jump(
             h, valid, scale, rel=health.REL if scale is None else health.REL_MOMENTUM)
     return out
+
+
+#: The drift column of each conserved quantity: NaN in ``rows`` where not conserved.
+_DRIFT = {"energy": "energy_drift", "angular_momentum": "momentum_drift"}
 
 
 class _Member(eqx.Module):
@@ -145,6 +199,9 @@ class SweepResult:
     #: per member, the quantities its physics conserves (``Scenario.conserved``): their
     #: jumps make it ``suspect``; empty: not judged
     conserved: list = field(default_factory=list)
+    #: the members asked for (``batch`` is those finished: fewer when ``interrupted``)
+    requested: int | None = None
+    interrupted: bool = False
 
     def statuses(self) -> list:
         """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
@@ -176,19 +233,28 @@ class SweepResult:
         return [int(i) for i in np.flatnonzero(codes == STATUS_CODES["diverged"])]
 
     def rows(self) -> list:
+        """Per member: its parameter values and metrics (:data:`METRICS`). Where the
+        member's physics does not conserve a quantity (``conserved`` known), its drift is
+        NaN: a damped member's energy change is dissipation, not an error."""
         out = []
         names = self.statuses()
         for i in range(self.batch):
             row = dict(self.members[i]) if self.members else {}
+            kept = self.conserved[i] if i < len(self.conserved) else None
             for k, v in self.table.items():
                 row[k] = names[i] if k == "status" else float(v[i])
+            if kept is not None:
+                for q, col in _DRIFT.items():
+                    if col in row and q not in kept:
+                        row[col] = math.nan
             out.append(row)
         return out
 
     def to_json(self) -> dict:
         rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                 for r in self.rows()]
-        return {"batch": self.batch, "t1": self.t1, "wall_s": self.wall_s, "compile_s": self.compile_s,
+        return {"batch": self.batch, "requested": self.requested or self.batch,
+                "interrupted": self.interrupted, "t1": self.t1, "wall_s": self.wall_s, "compile_s": self.compile_s,
                 "devices": self.devices, "chunks": self.chunks,
                 "throughput_member_s_per_s": self.throughput, "status_counts": self.status_counts,
                 "diverged_members": self.diverged(), "members": rows}
@@ -231,14 +297,16 @@ def _take(tree, idx):
 
 def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,
           saveat=1001, chunk=None, devices=None, max_violation=1.0, flat_tol_deg=1.0,
-          progress=False, members=None, conserved=None) -> SweepResult:
+          progress=False, members=None, conserved=None, stop=None) -> SweepResult:
     """Simulate ``system`` for every member of ``params_batch`` (its params pytree with a
     leading batch axis on every array leaf) and optional ``x0_batch (B, nx)``; see module
     docstring. ``chunk``: members per compiled call (default :func:`default_chunk`). ``devices``: ``None``
     (default device), ``"all"``, a count, or a list of devices to shard each chunk over.
     ``max_violation``: a member whose violation exceeds it stops as diverged.
     ``conserved``: per member, the quantities its physics conserves (see
-    :meth:`SweepResult.statuses`).
+    :meth:`SweepResult.statuses`). ``stop()``: checked after every chunk; when it returns
+    True the sweep ends there and the result holds the members finished so far
+    (``interrupted``, ``requested`` the batch asked for).
     """
     dyn, static = eqx.partition(params_batch, eqx.is_array)
     B = _batch_size(dyn, x0_batch)
@@ -267,7 +335,11 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
 
         bar = tqdm(total=B, desc="sweep", unit="member")
     pieces, wall, compile_s = [], 0.0, 0.0
+    interrupted = False
     for n, s in enumerate(starts):
+        if n and stop is not None and stop():
+            interrupted = True
+            break
         idx = np.arange(s, s + chunk)
         real = idx < B
         idx = np.where(real, idx, B - 1)  # pad the last chunk with copies of the last member
@@ -286,10 +358,13 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
             bar.update(int(real.sum()))
     if bar is not None:
         bar.close()
+    if not interrupted and stop is not None and stop():
+        interrupted = len(pieces) < len(starts)
     table = {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
-    return SweepResult(table=table, batch=B, t1=float(t1), wall_s=wall, compile_s=compile_s,
-                       devices=nd, chunks=len(starts), members=list(members or []),
-                       conserved=list(conserved or []))
+    done = len(table["status"])
+    return SweepResult(table=table, batch=done, t1=float(t1), wall_s=wall, compile_s=compile_s,
+                       devices=nd, chunks=len(pieces), members=list(members or [])[:done],
+                       conserved=list(conserved or [])[:done], requested=B, interrupted=interrupted)
 
 
 SAMPLES = ("linspace", "grid", "random")
