@@ -2,24 +2,54 @@
 
 How a run works
 ---------------
-The horizon ``[0, t1]`` is split into ``N`` chunks of equal length. Every chunk is one
-jitted :func:`~diffmb.integrate.simulate` call with the same save-grid length and the same
-``max_steps``; ``t0``, ``t1`` and ``x0`` are passed as numbers, so only the first chunk
-compiles. Default ``N``: the fewest chunks such that every chunk covers at most ~1000
-fixed steps or at most 1/20 of the horizon (so at most 20 chunks; a count that divides
-the number of steps is preferred, keeping chunk ends on step ends); 20 chunks for
-adaptive solvers.
+The horizon ``[0, t1]`` is split into ``N`` chunks. Every chunk is one jitted
+:func:`~diffmb.integrate.simulate` call with the same save-point count and the same
+``max_steps``; ``t0``, ``t1``, the save times and ``x0`` are passed as numbers, so only the
+first chunk compiles.
 
-After every chunk the run so far is written atomically to ``<out>/<scenario>.partial.npz``
-(``complete=False`` in its metadata). Ctrl-C keeps that file (exit code 130; the chunk
-in flight finishes first, a second Ctrl-C stops at once) and ``--resume`` continues from
-it when its scenario, parameters, solver, dt, t1 (and stabilization, rtol, atol and
-chunk count) match; when they do not, ``--resume`` is refused (exit 2, naming what
-differs) unless ``--discard`` is given. Output paths are checked before any work. At the end ``<out>/<scenario>.npz``
+Fixed-step solvers take ``n = t1 / dt`` steps of exactly ``dt`` (when ``t1`` is not a whole
+number of steps: ``ceil(t1 / dt)`` equal steps of ``t1 / n``, as :func:`simulate` does).
+The chunking never changes the step: chunk ``k`` holds the steps ``floor(k n / N)`` to
+``floor((k+1) n / N)``, a whole number of steps, so when ``N`` does not divide ``n`` the
+chunks differ by one step. ``--chunks`` above ``n`` is refused (a chunk needs a step).
+Default ``N``: about ``STEPS_PER_CHUNK`` (1000) steps a chunk, at most
+``MAX_DEFAULT_CHUNKS`` (20) chunks, and never more than ``MAX_STEPS_PER_CHUNK``
+(50 000) steps a chunk however many chunks that takes (a count that divides ``n`` within
+2x is preferred, for equal chunks). A Ctrl-C is honoured between chunks, so that bound is
+the longest wait: 0.4 s of a pendulum's RK4 steps, ~10 s of a 4x4 map fold's; the
+1e9 steps of ``--t1 1 --dt 1e-9`` make 20 000 chunks. Saved points: every step while the
+run has at most ``SAVE_INTERVALS`` (20 000) steps; beyond that ``SAVE_INTERVALS / N``
+save intervals a chunk, each a whole number of steps (equal ones when a divisor of the
+chunk's steps allows), and at least the chunk's two ends: at most
+``max(SAVE_INTERVALS, N) + 1`` points in all, every one at the end of a step of ``dt``.
+Adaptive solvers: 20 chunks by default (their step count is not known ahead), each of
+equal length with ``1000 / N + 1`` (at least 11) save points.
+
+Before compiling, the run says (stderr, unless ``--quiet``) how many steps of which size
+it takes in how many chunks; after the first chunk, when more than ``ESTIMATE_AFTER_S``
+(10 s) seem to be left, how long the first chunk took and about how long the rest will.
+
+After the first chunk, and then after any chunk that ends at least ``PARTIAL_EVERY_S``
+(1 s) after the last write, the run so far is written atomically to
+``<out>/<scenario>.partial.npz`` (``complete=False`` in its metadata). Ctrl-C keeps that
+file, brought up to the last finished chunk (exit code 130; the chunk in flight finishes
+first, a second Ctrl-C stops at once) and ``--resume`` continues from it when its
+scenario, model file, parameters, solver, dt, t1 (and stabilization, rtol, atol and chunk
+count) match; when they do not, ``--resume`` is refused (exit 2, naming what differs)
+unless ``--discard`` is also given (then it starts fresh). A partial file is never
+replaced unasked: a run into a folder that holds one, given neither ``--resume`` nor
+``--discard``, is refused before any work (exit 2), naming the file, the time it holds
+and both ways on; ``--discard`` alone removes it and starts fresh.
+
+Output paths are checked before any work. At the end ``<out>/<scenario>.npz``
 (``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
 are written and the partial file is removed (``--animate``: also ``<out>/<scenario>.gif``,
-origami scenarios only). A chunk that ends with an event or a
-divergence stops the run: what was computed is kept and written as usual.
+origami scenarios only). When ``<out>/<scenario>.npz`` already holds the run of another
+scenario, model file (two files with one stem: ``fourbar.urdf``, ``fourbar.xml``) or other
+parameters, one warning line says so before any work (it is still replaced: give another
+``--out`` to keep both); a re-run of the same case (whatever its t1, dt or solver)
+replaces it quietly. A chunk that ends with an event or a divergence stops the run: what
+was computed is kept and written as usual.
 
 Timing: ``compile_s`` is the ahead-of-time compile of the chunk (trace, lower, XLA
 compile: :func:`~diffmb.integrate.compile_simulation`), done once before the first
@@ -40,7 +70,9 @@ reaches only when its step size has collapsed). Exit code 0 for ``success``,
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
 import signal
 import sys
 import time
@@ -49,10 +81,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
+import numpy as np
 from tqdm.auto import tqdm
 
 from .. import health, scenarios, trajectory
-from ..integrate import FIXED_SOLVERS, compile_simulation, save_grid
+from ..integrate import FIXED_SOLVERS, compile_simulation
 from ..scenarios.origami import outlines
 from ..system import STABILIZATIONS
 from ..trajectory import Trajectory, concatenate
@@ -60,12 +93,23 @@ from . import _common
 from ._common import (DEFAULT_OUT, UsageError, check_outputs, fail, finite, parse_sets, run_args,
                       run_settings, scenario_args, table, write_json)
 
-MAX_STEPS_PER_CHUNK = 1000
+#: Default chunking of fixed-step runs (module docstring): about STEPS_PER_CHUNK steps a
+#: chunk, at most MAX_DEFAULT_CHUNKS chunks, but never more than MAX_STEPS_PER_CHUNK steps
+#: a chunk (the longest a Ctrl-C waits: 0.4 s of a pendulum's RK4 steps, ~10 s of a 4x4
+#: map fold's at 0.2 ms a step, on the 2-core reference machine).
+STEPS_PER_CHUNK = 1000
 MAX_DEFAULT_CHUNKS = 20
+MAX_STEPS_PER_CHUNK = 50_000
+#: Save intervals of a whole fixed-step run (or one a chunk, when it has more chunks).
+SAVE_INTERVALS = 20_000
 ADAPTIVE_SAVE_POINTS = 1000
+#: After the first chunk, the remaining wall time is estimated when it is at least this.
+ESTIMATE_AFTER_S = 10.0
+#: The partial file is rewritten after a chunk when this long has passed since the last write.
+PARTIAL_EVERY_S = 1.0
 
 #: Test seam: when set, called as ``_after_chunk(index, trajectory_so_far)`` after chunk
-#: ``index`` (0-based) has been run and the partial file written.
+#: ``index`` (0-based) has been run (a KeyboardInterrupt it raises is a Ctrl-C).
 _after_chunk: Callable | None = None
 
 
@@ -88,13 +132,16 @@ def add_parser(sub):
     r.add_argument("--animate", action="store_true",
                    help="write <out>/<scenario>.gif, a 3-D animation (origami scenarios)")
     r.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
-    r.add_argument("--chunks", type=int, metavar="N", help="number of chunks (default: automatic)")
+    r.add_argument("--chunks", type=int, metavar="N",
+                   help="number of chunks, each a whole number of steps of dt (at most the step "
+                        "count; default: automatic, at most 50000 steps a chunk)")
     r.add_argument("--resume", action="store_true",
                    help="continue from <out>/<scenario>.partial.npz; refused (exit 2) when its "
-                        "settings differ from this run's")
+                        "settings differ from this run's (add --discard to start fresh then)")
     r.add_argument("--discard", action="store_true",
-                   help="with --resume: start fresh when the partial file does not match "
-                        "(it is replaced)")
+                   help="replace <out>/<scenario>.partial.npz: start fresh (with --resume: only "
+                        "when it does not match). Without --resume or --discard a run into a "
+                        "folder holding a partial file is refused")
 
 
 # --------------------------------------------------------------------------- resolve
@@ -120,15 +167,27 @@ class RunConfig:
     animate: bool = False
     discard: bool = False
     conserved: tuple | None = None  # diagnostics the physics conserves (health checks)
+    #: a MODEL-FILE run's source: the file's absolute path (and ``--closures``, ``--key``);
+    #: None for a registered scenario
+    model: str | None = None
 
     @property
     def partial_path(self) -> Path:
         return self.out / f"{self.name}.partial.npz"
 
+    @property
+    def fixed(self) -> bool:
+        return self.dt is not None and self.solver in FIXED_SOLVERS
+
+    @property
+    def steps(self) -> int | None:
+        """The fixed steps of the whole run (None for adaptive solvers)."""
+        return fixed_steps(self.t1, self.dt) if self.fixed else None
+
     def meta(self, **extra) -> dict:
-        return {"scenario": self.name, "parameters": self.values, "solver": self.solver,
-                "dt": self.dt, "rtol": self.rtol, "atol": self.atol, "t1": self.t1,
-                "stabilization": self.stabilization, "chunks": self.chunks, **extra}
+        return {"scenario": self.name, "model": self.model, "parameters": self.values,
+                "solver": self.solver, "dt": self.dt, "rtol": self.rtol, "atol": self.atol,
+                "t1": self.t1, "stabilization": self.stabilization, "chunks": self.chunks, **extra}
 
 
 def resolve(args) -> RunConfig:
@@ -140,25 +199,49 @@ def resolve(args) -> RunConfig:
     t1, dt, solver = st["t1"], st["dt"], st["solver"]
     if args.chunks is not None and args.chunks < 1:
         raise UsageError(f"--chunks must be at least 1, got {args.chunks}")
+    fixed = dt is not None and solver in FIXED_SOLVERS
+    if fixed and args.chunks is not None and args.chunks > fixed_steps(t1, dt):
+        raise UsageError(f"--chunks {args.chunks} is more than the {fixed_steps(t1, dt)} steps of this run "
+                         f"(t1 {t1:g} s in steps of dt {dt:g} s): a chunk holds whole steps; give at most "
+                         f"--chunks {fixed_steps(t1, dt)}, or a smaller --dt")
     check_outputs(out_dir=args.out, json_path=args.json)
-    chunks = args.chunks or default_chunks(t1, dt if solver in FIXED_SOLVERS else None)
+    chunks = args.chunks or default_chunks(t1, dt if fixed else None)
     return RunConfig(
         name=sc.name, system=system, params=params, values=values, t1=t1, dt=dt,
         solver=solver, rtol=st["rtol"], atol=st["atol"], stabilization=stabilization,
         out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
         chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
         animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
-        conserved=tuple(sc.conserved(values)),
+        conserved=tuple(sc.conserved(values)), model=model_source(args),
     )
 
 
+def model_source(args) -> str | None:
+    """What a MODEL-FILE run was made from (``<abs path>[ --closures <abs path>][ --key K]``),
+    recorded in the metadata; None for a registered scenario."""
+    name = str(args.scenario)
+    if name in scenarios.REGISTRY or not name.lower().endswith((".urdf", ".xml", ".fold")):
+        return None
+    closures, key = getattr(args, "closures", None), getattr(args, "key", None)
+    return (os.path.abspath(name) + (f" --closures {os.path.abspath(closures)}" if closures else "")
+            + (f" --key {key}" if key is not None else ""))
+
+
+def fixed_steps(t1: float, dt: float) -> int:
+    """Steps of a fixed-step run over ``[0, t1]``: :func:`simulate`'s count."""
+    return max(1, math.ceil(t1 / dt - 1e-6))
+
+
 def default_chunks(t1: float, dt: float | None) -> int:
-    """Fewest chunks with each <= ~MAX_STEPS_PER_CHUNK steps or <= 1/20 of the horizon."""
+    """About STEPS_PER_CHUNK steps a chunk and at most MAX_DEFAULT_CHUNKS chunks, but never
+    more than MAX_STEPS_PER_CHUNK steps a chunk; a count that divides the steps (within
+    2x) is preferred. ``dt=None`` (adaptive): MAX_DEFAULT_CHUNKS."""
     if dt is None:
         return MAX_DEFAULT_CHUNKS
-    steps = max(1, round(t1 / dt))
-    target = min(math.ceil(steps / MAX_STEPS_PER_CHUNK), MAX_DEFAULT_CHUNKS)
-    for n in range(target, 2 * target + 1):  # prefer chunk ends on step ends
+    steps = fixed_steps(t1, dt)
+    target = max(min(math.ceil(steps / STEPS_PER_CHUNK), MAX_DEFAULT_CHUNKS),
+                 math.ceil(steps / MAX_STEPS_PER_CHUNK))
+    for n in range(target, min(2 * target, target + 10_000) + 1):  # equal chunks
         if steps % n == 0:
             return n
     return target
@@ -175,27 +258,136 @@ class RunResult:
     interrupted: bool = False
 
 
-def _chunk_settings(cfg: RunConfig) -> dict:
-    """Steps, save-point count and max_steps, identical for every chunk (one compilation).
+def _boundary(cfg: RunConfig, k: int) -> tuple[int | None, float]:
+    """``(step index, time)`` where chunk ``k`` starts (``k = cfg.chunks``: the end, t1).
+    Fixed steps: a whole number of steps of ``t1 / n`` (= dt); adaptive: ``t1 k / N``."""
+    if k >= cfg.chunks:
+        return cfg.steps, cfg.t1
+    if not cfg.fixed:
+        return None, cfg.t1 * k / cfg.chunks
+    b = k * cfg.steps // cfg.chunks
+    return b, b * (cfg.t1 / cfg.steps)
 
-    Fixed-step chunks take ``S = ceil(L / dt)`` equal steps of ``(t1_k - t0_k) / S`` (what
-    diffrax's ConstantStepSize does for one run of length ``L``). Passing that step rather
-    than ``dt`` itself matters: diffrax counts ``ceil((t1 - t0) / nextafter(dt))`` steps,
-    and a chunk such as ``[0.2, 0.30000000000000004]`` with ``dt = 1e-3`` would otherwise
-    take 101 steps of 0.99 ms.
+
+def _save_intervals(shortest: int, longest: int, chunks: int) -> int:
+    """Save intervals a fixed-step chunk keeps (module docstring): every step while the
+    run has at most SAVE_INTERVALS, else SAVE_INTERVALS / chunks (at least 1), a divisor
+    of the chunk's steps when one lies within 2x below that (equal intervals)."""
+    cap = max(1, SAVE_INTERVALS // chunks)
+    if shortest <= cap:
+        return shortest
+    if shortest == longest:
+        for d in range(cap, cap // 2, -1):
+            if shortest % d == 0:
+                return d
+    return cap
+
+
+def _chunk_settings(cfg: RunConfig) -> dict:
+    """Save-point count and max_steps, identical for every chunk (one compilation), and
+    the chunks' fixed-step counts (``steps``: the longest, ``shortest``; None if adaptive).
+
+    Each fixed-step chunk is passed the step ``(t1_k - t0_k) / S_k`` of its own ``S_k``
+    steps rather than ``dt`` itself (equal up to rounding): diffrax counts
+    ``ceil((t1 - t0) / dt)`` steps, and a chunk such as ``[0.2, 0.30000000000000004]``
+    with ``dt = 1e-3`` would otherwise take 101 steps of 0.99 ms.
     """
-    length = cfg.t1 / cfg.chunks
-    if cfg.dt is None or cfg.solver not in FIXED_SOLVERS:
-        return {"steps": None, "saveat": max(11, ADAPTIVE_SAVE_POINTS // cfg.chunks + 1),
-                "max_steps": None}
-    steps = max(1, math.ceil(length / cfg.dt * (1 - 1e-12)))
-    return {"steps": steps, "saveat": int(save_grid(0.0, length, length / steps, None).size),
-            "max_steps": 1 << max(4, math.ceil(math.log2(steps + 2)))}
+    if not cfg.fixed:
+        return {"steps": None, "shortest": None, "max_steps": None,
+                "saveat": max(11, ADAPTIVE_SAVE_POINTS // cfg.chunks + 1)}
+    longest, shortest = -(-cfg.steps // cfg.chunks), cfg.steps // cfg.chunks
+    return {"steps": longest, "shortest": shortest,
+            "saveat": _save_intervals(shortest, longest, cfg.chunks) + 1,
+            "max_steps": 1 << max(4, math.ceil(math.log2(longest + 2)))}
+
+
+def _chunk_args(cfg, settings, k, x0) -> dict:
+    (b0, t0), (b1, t1) = _boundary(cfg, k), _boundary(cfg, k + 1)
+    if settings["steps"] is None:
+        dt, saveat = cfg.dt, settings["saveat"]
+    else:  # save times on step ends: the same count in every chunk, whatever its steps
+        n = b1 - b0
+        idx = np.round(np.linspace(0, n, settings["saveat"])).astype(np.int64)
+        saveat = (b0 + idx) * (cfg.t1 / cfg.steps)
+        saveat[0], saveat[-1] = t0, t1
+        dt = (t1 - t0) / n
+    return dict(t0=t0, t1=t1, x0=x0, params=cfg.params, dt=dt, solver=cfg.solver, rtol=cfg.rtol,
+                atol=cfg.atol, saveat=saveat, max_steps=settings["max_steps"])
 
 
 def _note(cfg: RunConfig, msg: str):
     if not cfg.quiet:
         print(f"diffmb: {msg}", file=sys.stderr)
+
+
+def _peek(path: Path) -> tuple[dict, float] | None:
+    """``(metadata, t_final)`` of a trajectory file, reading nothing else; None if it is
+    not one."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(str(z["meta"])), float(z["t_final"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _differences(meta: dict, want: dict, keys) -> list[str]:
+    return [f"{k} {meta.get(k)!r} there, {want[k]!r} here" for k in keys if meta.get(k) != want[k]]
+
+
+def check_partial(cfg: RunConfig):
+    """Refuse (UsageError) a run into a folder holding a partial file when neither
+    ``--resume`` nor ``--discard`` says what to do with it."""
+    path = cfg.partial_path
+    if cfg.resume or cfg.discard or not path.exists():
+        return
+    peek = _peek(path)
+    if peek is None:
+        held, why = "an unreadable partial run", ""
+    else:
+        meta, t = peek
+        t1 = meta.get("t1")
+        held = f"an interrupted run: {t:.6g} s of {t1:.6g} s" if isinstance(t1, int | float) else \
+            f"an interrupted run up to t = {t:.6g} s"
+        chunks = meta.get("chunks")  # --resume without --chunks takes the partial's
+        want = cfg.meta(**({"chunks": chunks} if not cfg.chunks_given and isinstance(chunks, int) else {}))
+        diff = _differences(meta, want, want)
+        why = f" (not with this run's settings: {', '.join(diff)})" if diff else ""
+    raise UsageError(f"{path} holds {held}; add --resume to continue it{why}, or --discard to "
+                     f"replace it (or give another --out to keep it)")
+
+
+def _shown(model: str | None, scenario) -> str:
+    if model is None:
+        return f"scenario {scenario}"
+    return model.replace(os.getcwd() + os.sep, "")
+
+
+def warn_replaced(cfg: RunConfig):
+    """One warning line when ``<out>/<name>.npz`` holds the run of another scenario, model
+    file or other parameters (it will be replaced); nothing for a re-run of the same case."""
+    path = cfg.out / f"{cfg.name}.npz"
+    if not path.exists():
+        return
+    peek = _peek(path)
+    if peek is None:
+        there, here = "not a diffmb trajectory", f"this run of {_shown(cfg.model, cfg.name)}"
+    else:
+        meta, want = peek[0], cfg.meta()
+        if "model" not in meta:  # written before the model file was recorded
+            meta = {**meta, "model": want["model"]}
+        if (meta.get("scenario"), meta.get("model")) != (want["scenario"], want["model"]):
+            there = f"from {_shown(meta.get('model'), meta.get('scenario'))}"
+            here = f"this run of {_shown(want['model'], want['scenario'])}"
+        elif meta.get("parameters") != want["parameters"]:
+            old, new = meta.get("parameters") or {}, want["parameters"]
+            keys = [k for k in new if old.get(k) != new[k]] + [k for k in old if k not in new]
+            show = lambda v: f"{v:g}" if isinstance(v, int | float) else repr(v)  # noqa: E731
+            there = ", ".join(f"{k}={show(old.get(k))}" for k in keys)
+            here = "this run with " + ", ".join(f"{k}={show(new.get(k))}" for k in keys)
+        else:
+            return
+    print(f"diffmb: warning: {path} ({there}) will be replaced by {here}, with its .csv and plots; "
+          f"give another --out to keep both", file=sys.stderr)
 
 
 def load_partial(cfg: RunConfig):
@@ -209,28 +401,30 @@ def load_partial(cfg: RunConfig):
     except ValueError as e:
         _note(cfg, f"--resume: {e}; starting fresh")
         return None, 0
-    if not cfg.chunks_given and isinstance(meta.get("chunks"), int):
+    if not cfg.chunks_given and isinstance(meta.get("chunks"), int) and meta["chunks"] >= 1:
         cfg.chunks = meta["chunks"]
     want = cfg.meta()
-    diff = [k for k in want if meta.get(k) != want[k]]
+    diff = _differences(meta, want, want)
     done = meta.get("chunks_done")
-    if diff or meta.get("complete") or traj.status != "success" or not isinstance(done, int):
-        why = (", ".join(f"{k} {meta.get(k)!r} there, {want[k]!r} here" for k in diff) if diff
-               else "it is not a resumable partial run")
+    why = ", ".join(diff)
+    if not why and (meta.get("complete") or traj.status != "success" or not isinstance(done, int)
+                    or not 0 < done <= cfg.chunks):
+        why = "it is not a resumable partial run"
+    if not why and cfg.fixed and cfg.chunks > cfg.steps:
+        why = f"its {cfg.chunks} chunks are more than the run's {cfg.steps} steps"
+    if not why and abs(float(traj.t_final) - _boundary(cfg, done)[1]) > 1e-9 * cfg.t1:
+        why = (f"it ends at t = {float(traj.t_final):.9g} s, not where its chunk {done} ends "
+               f"(t = {_boundary(cfg, done)[1]:.9g} s): written by another chunking")
+    if why:
         if not cfg.discard:
             raise UsageError(f"--resume: {path} does not match this run ({why}); run with the same "
                              f"settings, or add --discard to replace it")
         _note(cfg, f"--resume --discard: {path} does not match this run ({why}); starting fresh")
+        if not cfg.chunks_given:
+            cfg.chunks = default_chunks(cfg.t1, cfg.dt if cfg.fixed else None)
         return None, 0
     _note(cfg, f"resuming from {path} at t = {float(traj.t_final):.6g} s")
     return traj, done
-
-
-def _chunk_args(cfg, settings, k, x0) -> dict:
-    t0, t1 = cfg.t1 * k / cfg.chunks, cfg.t1 * (k + 1) / cfg.chunks
-    dt = cfg.dt if settings["steps"] is None else (t1 - t0) / settings["steps"]
-    return dict(t0=t0, t1=t1, x0=x0, params=cfg.params, dt=dt, solver=cfg.solver, rtol=cfg.rtol,
-                atol=cfg.atol, saveat=settings["saveat"], max_steps=settings["max_steps"])
 
 
 def _progress(cfg, start_t):
@@ -239,9 +433,25 @@ def _progress(cfg, start_t):
                            "[{elapsed}<{remaining}]")
 
 
+def _duration(s: float) -> str:
+    return f"{s:.2g} s" if s < 90 else f"{s / 60:.2g} min" if s < 5400 else f"{s / 3600:.2g} h"
+
+
+def plan(cfg: RunConfig, settings: dict) -> str:
+    """What the run takes, said before it compiles."""
+    n = f"{cfg.chunks:,} chunk{'s' if cfg.chunks != 1 else ''}"
+    if settings["steps"] is None:
+        return f"{cfg.name}: adaptive steps ({cfg.solver}) up to t = {cfg.t1:g} s in {n}"
+    per = (f"{settings['steps']:,}" if settings["steps"] == settings["shortest"]
+           else f"{settings['shortest']:,}-{settings['steps']:,}")
+    return (f"{cfg.name}: {cfg.steps:,} steps of {cfg.t1 / cfg.steps:.6g} s ({cfg.solver}) in {n} "
+            f"of {per} steps")
+
+
 def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
-    """Compile once ahead of time, then run the chunks, saving the partial file after each;
-    stops early on event/divergence, or after the chunk in flight when interrupted.
+    """Compile once ahead of time, then run the chunks, writing the partial file after the
+    first and then at most every PARTIAL_EVERY_S; stops early on event/divergence, or after
+    the chunk in flight when interrupted (the partial file then holds every finished chunk).
     ``start``: ``(trajectory, chunks_done)`` of a resumed run (default: read with
     :func:`load_partial` when ``cfg.resume``)."""
     res = RunResult()
@@ -249,11 +459,14 @@ def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
         start = load_partial(cfg) if cfg.resume else (None, 0)
     res.traj, res.chunks_done = start
     settings = _chunk_settings(cfg)
+    parts = [] if res.traj is None else [res.traj]  # joined when written: no copy per chunk
+    written, written_at = res.chunks_done, None
     bar = None
     try:
         with _interrupts() as interrupted:
             x0 = cfg.system.init_state(cfg.params) if res.traj is None else res.traj.x_final
-            bar = _progress(cfg, cfg.t1 * res.chunks_done / cfg.chunks)
+            _note(cfg, plan(cfg, settings))
+            bar = _progress(cfg, _boundary(cfg, res.chunks_done)[1])
             run = None
             for k in range(res.chunks_done, cfg.chunks):
                 args = _chunk_args(cfg, settings, k, x0)
@@ -264,12 +477,17 @@ def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
                 start = time.perf_counter()
                 tr = jax.block_until_ready(run(**args))
                 res.times.append(time.perf_counter() - start)
-                res.traj = tr if res.traj is None else concatenate([res.traj, tr])
+                parts.append(tr)
                 res.chunks_done = k + 1
-                save_partial(cfg, res)
+                if written_at is None or time.perf_counter() - written_at >= PARTIAL_EVERY_S:
+                    res.traj = _joined(parts)
+                    save_partial(cfg, res)
+                    written, written_at = res.chunks_done, time.perf_counter()
                 bar.update(float(tr.t_final) - bar.n)
+                if len(res.times) == 1:
+                    _estimate(cfg, bar, res.times[0], cfg.chunks - res.chunks_done)
                 if _after_chunk is not None:
-                    _after_chunk(k, res.traj)
+                    _after_chunk(k, _joined(parts))
                 if interrupted():
                     raise KeyboardInterrupt
                 if tr.status != "success":
@@ -280,8 +498,29 @@ def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
     finally:
         if bar is not None:
             bar.close()
+    res.traj = _joined(parts)
+    if res.interrupted and res.chunks_done > written:
+        save_partial(cfg, res)  # every finished chunk is kept
     res.wall_s = sum(res.times)
     return res
+
+
+def _joined(parts: list):
+    if len(parts) > 1:
+        parts[:] = [concatenate(parts)]
+    return parts[0] if parts else None
+
+
+def _estimate(cfg, bar, first_s: float, left: int):
+    """After the first chunk: how long the rest will take, when that is long."""
+    rest = first_s * left
+    if cfg.quiet or left < 1 or rest < ESTIMATE_AFTER_S:
+        return
+    steps = (f"{cfg.steps:,} steps of {cfg.t1 / cfg.steps:.6g} s" if cfg.fixed
+             else f"{cfg.chunks:,} chunks of adaptive steps")
+    bar.write(f"diffmb: {steps}; the first chunk took {_duration(first_s)}: about "
+              f"{_duration(rest)} to go ({left:,} chunks; Ctrl-C stops after the chunk in flight)",
+              file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -407,9 +646,15 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
 def main(args) -> int:
     try:
         cfg = resolve(args)
+        check_partial(cfg)
         start = load_partial(cfg) if cfg.resume else (None, 0)
     except (ValueError, TypeError, UsageError) as e:
         return fail(e)
+    warn_replaced(cfg)
+    if start[0] is None and cfg.discard and cfg.partial_path.exists():
+        peek = _peek(cfg.partial_path)
+        _note(cfg, f"--discard: removed {cfg.partial_path}" + (f" (it held {peek[1]:.6g} s)" if peek else ""))
+        cfg.partial_path.unlink()
     if _common.pending_interrupt():
         raise KeyboardInterrupt
     res = run_chunks(cfg, start)
