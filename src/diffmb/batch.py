@@ -241,8 +241,8 @@ class SweepResult:
         for i in range(self.batch):
             row = dict(self.members[i]) if self.members else {}
             kept = self.conserved[i] if i < len(self.conserved) else None
-            for k, v in self.table.items():
-                row[k] = names[i] if k == "status" else float(v[i])
+            for k in sorted(self.table, key=lambda k: list(METRICS).index(k) if k in METRICS else len(METRICS)):
+                row[k] = names[i] if k == "status" else float(self.table[k][i])
             if kept is not None:
                 for q, col in _DRIFT.items():
                     if col in row and q not in kept:
