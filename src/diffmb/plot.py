@@ -12,6 +12,7 @@ no GUI backend (and no display) is ever touched and pyplot's global state is lef
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -68,22 +69,126 @@ def _unit_kind(name: str, kinds: dict) -> str:
     return "other"
 
 
+#: Two series of a panel are drawn as one when they differ by no more than this fraction
+#: of the panel's range (below a pixel); the legend says so and by how much.
+SAME_CURVE = 1e-4
+#: Names listed in full in a grouped curve's label; longer groups are abbreviated.
+MAX_NAMES_IN_LABEL = 9
+_MRP = re.compile(r"^(.*sigma)([123])$")
+
+
+def mrp_switches(traj, names) -> dict:
+    """``{name: indices i}`` of the attitude (MRP) series that switch to the shadow set
+    between save points ``i`` and ``i + 1``: the vector ``sigma`` jumps by more than 1
+    (it goes from ``|sigma| = 1`` to ``-sigma / |sigma|^2``, the same attitude). A triple
+    ``<prefix>sigma1..3`` is judged as a vector, a lone series by its own jump."""
+    out, triples = {}, {}
+    for n in names:
+        m = _MRP.match(n)
+        if m:
+            triples.setdefault(m.group(1), {})[m.group(2)] = n
+    for members in triples.values():
+        cols = [members[k] for k in sorted(members)]
+        s = np.column_stack([np.asarray(traj[c], float) for c in cols])
+        d = np.diff(s, axis=0)
+        flip = (np.linalg.norm(d, axis=1) > 1.0) & (np.sum(s[:-1] * s[1:], axis=1) < 0)
+        for c in cols:
+            out[c] = np.flatnonzero(flip)
+    for n in names:
+        if n not in out:
+            y = np.asarray(traj[n], float)
+            out[n] = np.flatnonzero((np.abs(np.diff(y)) > 1.0) & (y[:-1] * y[1:] < 0))
+    return out
+
+
+def broken(t, y, at):
+    """``(t, y)`` with a NaN point between ``i`` and ``i + 1`` for each ``i`` in ``at``, so
+    matplotlib lifts the pen there (a jump that is no motion: the MRP shadow-set switch)."""
+    t, y = np.asarray(t, float), np.asarray(y, float)
+    if len(at) == 0:
+        return t, y
+    at = np.asarray(at) + 1
+    return (np.insert(t, at, 0.5 * (t[at - 1] + t[at])), np.insert(y, at, np.nan))
+
+
+def same_curves(series: dict, scale: float) -> list:
+    """Groups ``[(names, max difference)]`` of series that look identical on a panel of
+    range ``scale`` (within :data:`SAME_CURVE` of it), first-seen order."""
+    tol = SAME_CURVE * max(scale, 1e-300)
+    left, groups = list(series), []
+    while left:
+        head = left.pop(0)
+        y0 = series[head]
+        same, diff = [head], 0.0
+        for n in list(left):
+            y = series[n]
+            if y.shape != y0.shape or not np.array_equal(np.isnan(y), np.isnan(y0)):
+                continue
+            d = float(np.nanmax(np.abs(y - y0))) if np.isfinite(y0).any() else 0.0
+            if d <= tol:
+                same.append(n)
+                left.remove(n)
+                diff = max(diff, d)
+        groups.append((same, diff))
+    return groups
+
+
+def group_label(names, diff, noun="coordinates", unit="", scale=1.0) -> str:
+    """``a = b = c (3 hinges)``; ``~=`` with the largest difference when not equal to
+    rounding (1e-12 of the panel's ``scale``)."""
+    if len(names) == 1:
+        return names[0]
+    names = sorted(names, key=_natural)
+    shown = names if len(names) <= MAX_NAMES_IN_LABEL else [*names[:4], "...", *names[-2:]]
+    exact = diff <= 1e-12 * max(1.0, scale)
+    sep = " = " if exact else " \u2248 "
+    sizes = [3] * (len(shown) // 3) + ([len(shown) % 3] if len(shown) % 3 else [])
+    if len(sizes) > 1 and sizes[-1] == 1:  # no name alone on the last line
+        sizes[-2:] = [2, 2]
+    starts = np.cumsum([0, *sizes])
+    lines = [sep.join(shown[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+    text = (sep.rstrip() + "\n").join(lines)
+    within = "" if exact else f", within {diff:.1g}{' ' + unit if unit else ''}"
+    return f"{text}\n({len(names)} {noun}{within})"
+
+
+def _natural(name: str):
+    """Sort key: by the name's numbers, then the name (``theta_2`` before ``theta_10``,
+    ``x1, y1, z1`` before ``x2``)."""
+    return tuple(int(p) for p in re.findall(r"\d+", name)), name
+
+
 def coordinates_figure(traj, title: str | None = None, system=None):
     """Position-level coordinates vs time, one panel per unit (angles, positions, MRP,
     other), each labelled with its unit; colours and line styles cycle so that no two
-    curves of a panel look alike (legend beside the panel)."""
+    curves of a panel look alike (legend beside the panel). Curves that coincide (flat
+    hinges of a symmetric fold, the nodes a tensegrity keeps on an axis) are drawn once,
+    labelled with every name they stand for; the MRP attitude is broken (NaN) where it
+    switches to the shadow set, not drawn as a vertical line from +1 to -1."""
     kinds = unit_kinds(system) if system is not None else {}
     names = list(traj.coordinate_names)
     groups = {k: [n for n in names if _unit_kind(n, kinds) == k] for k, _ in UNIT_GROUPS}
-    panels = [(label, groups[k]) for k, label in UNIT_GROUPS if groups[k]]
+    panels = [(k, label, groups[k]) for k, label in UNIT_GROUPS if groups[k]]
     fig, axes = _figure(len(panels), _title("coordinates", title))
     styles = ("-", "--", ":", "-.")
-    for ax, (label, group) in zip(axes, panels):
-        for j, name in enumerate(group):
-            ax.plot(traj.ts, np.asarray(traj[name]), label=name, color=f"C{j % 10}",
+    hinges = set(dict(traj.roles).get("hinge", ()))
+    ts = np.asarray(traj.ts, float)
+    for ax, (kind, label, group) in zip(axes, panels):
+        switches = mrp_switches(traj, group) if kind == "none" else {n: () for n in group}
+        series = {n: np.asarray(traj[n], float) for n in group}
+        finite = np.concatenate([y[np.isfinite(y)] for y in series.values()])
+        scale = float(finite.max() - finite.min()) if finite.size else 1.0
+        unit = {"angle": "rad", "length": "m"}.get(kind, "")
+        curves = same_curves({n: broken(ts, series[n], switches[n])[1] for n in group}, scale or 1.0)
+        for j, (same, diff) in enumerate(curves):
+            noun = "hinges" if set(same) <= hinges else "coordinates"
+            t_plot, y_plot = broken(ts, series[same[0]], switches[same[0]])
+            ax.plot(t_plot, y_plot, label=group_label(same, diff, noun, unit, scale), color=f"C{j % 10}",
                     linestyle=styles[(j // 10) % len(styles)])
+        if any(len(v) for v in switches.values()):
+            ax.plot([], [], " ", label="gaps: switches to the\nshadow set (same attitude)")
         ax.set_ylabel(label)
-        _legend_outside(ax, len(group))
+        _legend_outside(ax, len(curves))
     return fig
 
 
@@ -97,12 +202,14 @@ def energy_figure(traj, title: str | None = None):
     e = np.asarray(traj.diagnostics["energy"], float)
     de = e - e[0]
     relative = abs(e[0]) > 1e-12 * max(np.abs(e).max(), 1e-300)  # E0 = 0: no relative panel
-    fig, axes = _figure(2 if relative else 1, _title("energy change", title))
+    work = "work" in traj.diagnostics  # what is conserved: the energy minus the work done on it
+    base = "energy change" + (" (E - W, W: work of external forces)" if work else "")
+    fig, axes = _figure(2 if relative else 1, _title(base, title))
     axes[0].plot(traj.ts, de)
-    axes[0].set_ylabel(r"$E(t) - E(0)$ [J]")
+    axes[0].set_ylabel(r"$(E - W)(t) - (E - W)(0)$ [J]" if work else r"$E(t) - E(0)$ [J]")
     if relative:
         axes[1].plot(traj.ts, de / abs(e[0]))
-        axes[1].set_ylabel(r"$(E - E_0) / |E_0|$")
+        axes[1].set_ylabel((r"$\Delta(E - W) / |E_0|$" if work else r"$(E - E_0) / |E_0|$") + " [-]")
     for ax in axes:
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     return fig
@@ -119,29 +226,46 @@ def angular_momentum_figure(traj, title: str | None = None):
     return fig
 
 
+#: Units of the violation levels: closure rows mix lengths and angles (a hinge's position
+#: rows are a point's offset [m] and its axes' misalignment [rad]); a tensegrity's energy
+#: level is the drift of E - W.
+VIOLATION_UNITS = {"position": "m, rad", "velocity": "m/s, rad/s", "energy": "J"}
+
+
 def violation_figure(traj, title: str | None = None):
-    """Constraint violation (max abs over components) per level, log scale. The axis
-    spans the nonzero data; exact zeros (a projected state) are drawn as markers on the
-    axis floor and said in the legend, never plotted as 1e-300."""
-    fig, (ax,) = _figure(1, _title("constraint violation", title))
+    """Constraint violation (max abs over the rows) on a log scale, one panel per level
+    (position, velocity, ...) since their units differ, each labelled with its unit. A
+    panel spans its nonzero data; exact zeros (a projected state) are drawn as markers on
+    the axis floor and said in the legend, never plotted as 1e-300."""
     series = {}
-    for name, v in traj.violation.items():
-        v = np.abs(np.asarray(v, float))
+    order = [k for k in VIOLATION_UNITS if k in traj.violation] + \
+            [k for k in traj.violation if k not in VIOLATION_UNITS]
+    for name in order:
+        v = np.abs(np.asarray(traj.violation[name], float))
         series[name] = v.reshape(len(v), -1).max(axis=1) if v.ndim > 1 else v
-    nonzero = np.concatenate([v[(v > 0) & np.isfinite(v)] for v in series.values()] or [np.zeros(0)])
-    lo = float(nonzero.min()) if nonzero.size else 1e-16
-    hi = float(nonzero.max()) if nonzero.size else 1.0
-    floor = 10 ** np.floor(np.log10(lo))
-    for j, (name, v) in enumerate(series.items()):
+    fig, axes = _figure(max(len(series), 1), _title("constraint violation", title))
+    ts = np.asarray(traj.ts)
+    for j, (ax, (name, v)) in enumerate(zip(axes, series.items())):
         color = f"C{j}"
+        nonzero = v[(v > 0) & np.isfinite(v)]
+        lo = float(nonzero.min()) if nonzero.size else 1e-16
+        hi = float(nonzero.max()) if nonzero.size else 1.0
+        floor = 10 ** np.floor(np.log10(lo))
         zero = v == 0
-        ax.semilogy(traj.ts, np.where(zero, np.nan, v), color=color, label=name)
+        shown = np.where(zero, np.nan, v)
+        ax.semilogy(ts, shown, color=color, label=name)
+        # a nonzero value between two zeros draws no line: a dot shows it
+        alone = np.isfinite(shown) & ~np.isfinite(np.r_[np.nan, shown[:-1]]) & ~np.isfinite(np.r_[shown[1:], np.nan])
+        if alone.any():
+            ax.plot(ts[alone], shown[alone], ".", color=color, markersize=3)
         if zero.any():
-            ax.plot(np.asarray(traj.ts)[zero], np.full(zero.sum(), floor), "|", color=color,
-                    markersize=6, label=f"{name}: exactly 0 ({zero.sum()} points)")
-    ax.set_ylim(floor, 10 ** np.ceil(np.log10(hi)) if hi > floor else floor * 10)
-    ax.set_ylabel("violation\n(max abs of the rows)")
-    _legend_outside(ax, 2 * len(series))
+            k = int(zero.sum())
+            ax.plot(ts[zero], np.full(k, floor), "|", color=color,
+                    markersize=6, label=f"exactly 0 ({k} point{'s' if k > 1 else ''})")
+        ax.set_ylim(floor, 10 ** np.ceil(np.log10(hi)) if hi > floor else floor * 10)
+        unit = VIOLATION_UNITS.get(name)
+        ax.set_ylabel(f"{name} violation" + (f" [{unit}]" if unit else "") + "\n(max abs of the rows)")
+        _legend_outside(ax, 2)
     return fig
 
 
@@ -174,34 +298,100 @@ def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = ""
     return paths
 
 
+#: Units a residual is shown in, a thousandth of the sensor's, when it is small: a 0.5 mm
+#: marker residual reads 0.5, not 0.0005.
+MILLI = {"m": "mm", "rad": "mrad", "rad/s": "mrad/s", "m/s": "mm/s", "m/s^2": "mm/s^2"}
+
+
+def _sensor_unit(sensor, report: dict) -> str:
+    """The unit of a sensor's columns: the fit's report, else the sensor kind's, else the
+    coordinate's (an ``angle`` sensor reads a joint coordinate)."""
+    unit = (report.get("units") or {}).get(sensor.name) or UNITS.get(sensor.kind)
+    if unit is None and sensor.kind == "angle":
+        unit = {"angle": "rad", "length": "m"}.get(_unit_kind(sensor.coordinate or sensor.name, {}), "")
+    return unit or ""
+
+
+def _residual_scale(unit: str, residuals) -> tuple:
+    """``(factor, unit)`` to show ``residuals`` (a list of arrays) in: milli-units when they
+    stay below 0.1."""
+    r = np.concatenate([np.ravel(np.asarray(x, float)) for x in residuals]) if len(residuals) else np.zeros(0)
+    big = float(np.nanmax(np.abs(r))) if r.size and np.isfinite(r).any() else 0.0
+    if unit in MILLI and big < 0.1:
+        return 1e3, MILLI[unit]
+    return 1.0, unit
+
+
 def fit_figure(result, records, sensors, title: str | None = None):
-    """Measured (dots) against fitted (lines) outputs: one panel per sensor, one column
-    per record (``result``: a :class:`~diffmb.fit.FitResult`; ``sensors``: the Sensor
-    declarations whose columns it fitted)."""
+    """Measured (dots) against fitted (lines) outputs, and under each the residual
+    (measured - fitted) on its own axis, in (milli-)units of the sensor with its RMS and
+    the declared noise (band): one pair of panels per sensor, one column per record
+    (``result``: a :class:`~diffmb.fit.FitResult`; ``sensors``: the Sensor declarations
+    whose columns it fitted). A 0.5 mm marker residual is invisible on the 4 m axis of
+    the motion; its own panel shows it."""
     cols = list(result.columns)
     groups = [(s, [cols.index(c) for c in s.columns if c in cols]) for s in sensors]
     groups = [(s, js) for s, js in groups if js]
-    fig = _new_figure((3.6 * len(records) + 1.5, 1.2 + 1.9 * len(groups)))
-    axes = fig.subplots(len(groups), len(records), sharex="col", squeeze=False)
-    fig.suptitle(_title("measured (dots) vs fitted (lines)", title))
+    G, R = len(groups), len(records)
+    fig = _new_figure((3.9 * R + 2.0, 1.0 + 2.9 * G))
+    grid = fig.add_gridspec(2 * G, R, height_ratios=[2.0, 1.0] * G)
+    fig.suptitle(_title("measured (dots) vs fitted (lines); residual = measured - fitted", title))
+    noise = getattr(result, "noise", None) or {}
+
+    def residuals(k, js):
+        rec, n = records[k], records[k].data.t.size
+        return {j: rec.data.values[:, rec.data.names.index(cols[j])] - np.asarray(result.predictions[k, :n, j])
+                for j in js if cols[j] in rec.data.names}
+
+    # one residual unit per sensor, the same in every record's column
+    scales = [_residual_scale(_sensor_unit(s, result.records[0] if result.records else {}),
+                              [r for k in range(R) for r in residuals(k, js).values()]) for s, js in groups]
     for k, rec in enumerate(records):
-        t, n = rec.data.t, rec.data.t.size
-        axes[0, k].set_title(f"{rec.label}: rms " + ", ".join(
-            f"{name} {v:.2g}" for name, v in result.records[k]["rms"].items()), fontsize=8)
-        axes[-1, k].set_xlabel("time [s]")
+        t, n = np.asarray(rec.data.t), rec.data.t.size
+        report = result.records[k] if k < len(result.records) else {}
+        over = ", ".join(f"{a}={v:g}" for a, v in (rec.overrides or {}).items())
+        top = None
         for g, (s, js) in enumerate(groups):
-            ax = axes[g, k]
-            ax.grid(True, alpha=0.3)
-            for j in js:
-                if cols[j] not in rec.data.names:
+            ax = fig.add_subplot(grid[2 * g, k], sharex=top)
+            top = top or ax
+            rax = fig.add_subplot(grid[2 * g + 1, k], sharex=top)
+            unit = _sensor_unit(s, report)
+            res = residuals(k, js)
+            here = list(res)
+            factor, runit = scales[g]
+            for i, j in enumerate(js):
+                color = f"C{i % 10}"
+                if j not in res:
                     continue
-                measured = rec.data.values[:, rec.data.names.index(cols[j])]
-                line, = ax.plot(t, result.predictions[k, :n, j], lw=1.2, label=cols[j])
-                ax.plot(t, measured, ".", ms=2.5, color=line.get_color())
-            unit = UNITS.get(s.kind, "")
+                fitted = np.asarray(result.predictions[k, :n, j])
+                ax.plot(t, fitted, lw=1.2, color=color, label=cols[j])
+                ax.plot(t, fitted + res[j], ".", ms=2.5, color=color)
+                rax.plot(t, factor * res[j], ".-", ms=2.0, lw=0.5, color=color)
+            sigma = {float(noise[cols[j]]) for j in here if cols[j] in noise}
+            if len(sigma) == 1 and (sd := sigma.pop()) > 0:
+                rax.axhspan(-factor * sd, factor * sd, color="0.85", zorder=0,
+                            label=f"noise \u00b1{factor * sd:.2g}{' ' + runit if runit else ''} (1 sigma)")
+            rax.axhline(0.0, color="0.4", lw=0.6)
+            rms = (report.get("rms") or {}).get(s.name)
+            if rms is not None:
+                rax.text(0.01, 0.96, f"rms {factor * rms:.2g} {runit}", transform=rax.transAxes,
+                         va="top", fontsize=7, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
             ax.set_ylabel(f"{s.name} [{unit}]" if unit else s.name, fontsize=8)
-            if k == len(records) - 1:
+            rax.set_ylabel(f"residual\n[{runit}]" if runit else "residual", fontsize=8)
+            for a in (ax, rax):
+                a.grid(True, alpha=0.3)
+                a.tick_params(labelsize=7)
+            ax.tick_params(labelbottom=False)
+            if g == 0:
+                ax.set_title(rec.label + (f"  ({over})" if over else ""), fontsize=9)
+            if g < G - 1:
+                rax.tick_params(labelbottom=False)
+            else:
+                rax.set_xlabel("time [s]")
+            if k == R - 1:
                 _legend_outside(ax, len(js))
+                if rax.get_legend_handles_labels()[0]:
+                    _legend_outside(rax, 1)
     return fig
 
 

@@ -328,7 +328,10 @@ def draw(G, system, path, title="") -> Path:
 
 
 def graph_figure(G, system, title=""):
-    """The figure :func:`draw` writes: the graph beside the nodes' configurations."""
+    """The figure :func:`draw` writes: the graph beside the nodes' configurations. Each
+    node has a colour, the same in both panels; fixed bodies (the structure the others
+    move against) are drawn once, grey and filled, and every body carries its name (once
+    where several nodes leave it in the same place)."""
     import matplotlib.cm
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -339,9 +342,12 @@ def graph_figure(G, system, title=""):
     FigureCanvasAgg(fig)
     fig.suptitle(f"{title}: reconfiguration graph, {G.number_of_nodes()} nodes, "
                  f"{G.number_of_edges()} edges")
+    colors = matplotlib.cm.tab10(np.arange(n_nodes) % 10)
+    node_color = {v: colors[k] for k, v in enumerate(G.nodes)}
     ax = fig.add_subplot(1, 2, 1)
     pos = nx.circular_layout(G) if n_nodes > 1 else {v: (0.0, 0.0) for v in G.nodes}
-    nx.draw_networkx_nodes(G, pos, ax=ax, node_color="#cde", node_size=900)
+    nx.draw_networkx_nodes(G, pos, ax=ax, node_color=[node_color[v] for v in G.nodes], node_size=900,
+                           alpha=0.35)
     nx.draw_networkx_labels(G, pos, ax=ax)
     nx.draw_networkx_edges(G, pos, ax=ax, arrows=True, connectionstyle="arc3,rad=0.15", node_size=900)
     labels = {(u, v): d["potential"] for u, v, d in G.edges(data=True)}
@@ -357,22 +363,38 @@ def graph_figure(G, system, title=""):
     ax2 = fig.add_subplot(1, 2, 2)
     n = system.n
     radius = np.asarray(system.params0["bodies"]["radius"])
-    colors = matplotlib.cm.tab10(np.arange(n_nodes) % 10)
+    names = tuple(getattr(system, "body_names", ()))
+    fixed = set(getattr(system, "fixed", ()))
+    named = []  # (body, x, y) already labelled
+
+    def name_at(i, xy, color, text):
+        if not names or any(b == i and np.hypot(*(np.asarray(xy) - p)) < 0.2 * radius[i] for b, p in named):
+            return
+        named.append((i, np.asarray(xy)))
+        ax2.text(xy[0], xy[1], text, color=color, ha="center", va="center", fontsize=8,
+                 bbox={"fc": "white", "ec": "none", "alpha": 0.6, "pad": 0.5})
+
     for k, (v, d) in enumerate(G.nodes(data=True)):
         X = jnp.asarray(d["state"][: 7 * n]).reshape(n, 7)
         P = np.asarray(system.all_poses(X, system.params0))
         for i in range(P.shape[0]):
-            c = Circle(P[i, :2], radius[i], fill=False, color=colors[k], lw=1.5)
-            ax2.add_patch(c)
+            if i in fixed:
+                if k == 0:  # the same in every node: once, not in a node's colour
+                    ax2.add_patch(Circle(P[i, :2], radius[i], fill=True, fc="0.88", ec="0.35", lw=1.5))
+                    name_at(i, P[i, :2], "0.2", f"{names[i]}\n(fixed)" if names else "")
+                continue
+            ax2.add_patch(Circle(P[i, :2], radius[i], fill=False, color=node_color[v], lw=1.5))
             ex = np.asarray(dcm_NB(jnp.asarray(P[i, 3:])))[:, 0] * radius[i]
-            ax2.plot([P[i, 0], P[i, 0] + ex[0]], [P[i, 1], P[i, 1] + ex[1]], color=colors[k], lw=1)
-        ax2.plot([], [], color=colors[k], lw=1.5, label=f"node {v}")
+            ax2.plot([P[i, 0], P[i, 0] + ex[0]], [P[i, 1], P[i, 1] + ex[1]], color=node_color[v], lw=1)
+            name_at(i, P[i, :2], node_color[v], names[i] if names else "")
+        ax2.plot([], [], color=node_color[v], lw=1.5, label=f"node {v}")
     ax2.set_aspect("equal")
     ax2.autoscale_view()
     ax2.set_xlabel("x [m]")
     ax2.set_ylabel("y [m]")
     ax2.grid(True, alpha=0.3)
-    ax2.set_title("node configurations, top view\n(bodies' bounding circles and x axes)", fontsize="medium")
+    ax2.set_title("node configurations, top view (bodies' bounding\ncircles and x axes; fixed bodies grey)",
+                  fontsize="medium")
     ax2.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
     return fig
 
