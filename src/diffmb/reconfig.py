@@ -329,9 +329,10 @@ def draw(G, system, path, title="") -> Path:
 
 def graph_figure(G, system, title=""):
     """The figure :func:`draw` writes: the graph beside the nodes' configurations. Each
-    node has a colour, the same in both panels; fixed bodies (the structure the others
-    move against) are drawn once, grey and filled, and every body carries its name (once
-    where several nodes leave it in the same place)."""
+    node has a colour, the same in both panels, and a line style (a body that several
+    nodes leave in place shows each); fixed bodies (the structure the others move
+    against) are drawn once, grey and filled, and every body carries its name (once where
+    several nodes leave it in the same place)."""
     import matplotlib.cm
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -367,6 +368,8 @@ def graph_figure(G, system, title=""):
     fixed = set(getattr(system, "fixed", ()))
     named = []  # (body, x, y) already labelled
 
+    styles = ("-", "--", ":", "-.")  # a body several nodes leave in place shows every node's line
+
     def name_at(i, xy, color, text):
         if not names or any(b == i and np.hypot(*(np.asarray(xy) - p)) < 0.2 * radius[i] for b, p in named):
             return
@@ -383,11 +386,12 @@ def graph_figure(G, system, title=""):
                     ax2.add_patch(Circle(P[i, :2], radius[i], fill=True, fc="0.88", ec="0.35", lw=1.5))
                     name_at(i, P[i, :2], "0.2", f"{names[i]}\n(fixed)" if names else "")
                 continue
-            ax2.add_patch(Circle(P[i, :2], radius[i], fill=False, color=node_color[v], lw=1.5))
+            ax2.add_patch(Circle(P[i, :2], radius[i], fill=False, color=node_color[v], lw=1.5,
+                                 linestyle=styles[k % len(styles)]))
             ex = np.asarray(dcm_NB(jnp.asarray(P[i, 3:])))[:, 0] * radius[i]
             ax2.plot([P[i, 0], P[i, 0] + ex[0]], [P[i, 1], P[i, 1] + ex[1]], color=node_color[v], lw=1)
-            name_at(i, P[i, :2], node_color[v], names[i] if names else "")
-        ax2.plot([], [], color=node_color[v], lw=1.5, label=f"node {v}")
+            name_at(i, P[i, :2], "0.15", names[i] if names else "")
+        ax2.plot([], [], color=node_color[v], lw=1.5, linestyle=styles[k % len(styles)], label=f"node {v}")
     ax2.set_aspect("equal")
     ax2.autoscale_view()
     ax2.set_xlabel("x [m]")
