@@ -19,8 +19,9 @@ the CLI prints that under its table):
 ``time_to_flat``     first save time at which every hinge (the system's ``hinge`` role) is
                      within ``flat_tol_deg`` of 0 (flat), NaN if never
 ``time_to_final``    first save time from which every hinge stays within ``flat_tol_deg``
-                     of its angle at the end of the run (when the motion is over), NaN if
-                     the hinges still move at the end
+                     of its angle at the end of the run and slower than ``flat_tol_deg``
+                     per second (when the motion is over), NaN unless that holds through
+                     the last 10 % of the run (still moving at the end)
 ``peak_hinge_rate``  largest ``|d theta / dt|`` of any hinge [rad/s]
 ``peak_hub_rate``    largest ``|omega|`` of the hub (role ``hub_rate``) [rad/s]
 ``peak_hub_angle``   largest rotation of the hub from its initial attitude (role
@@ -84,8 +85,9 @@ def default_chunk(devices) -> int:
 METRICS = {
     "status": "how the run ended (success, suspect: a conserved quantity jumped, event, diverged)",
     "t_final": "where the run stopped [s]",
-    "time_to_flat": "first time every hinge is within the flat tolerance of 0 [s]",
-    "time_to_final": "first time from which every hinge stays within the tolerance of its final angle [s]",
+    "time_to_flat": "first time every hinge is within 1 deg of flat [s]",
+    "time_to_final": "first time from which every hinge stays within 1 deg of its final angle [s] "
+                     "(NaN: still moving at the end)",
     "peak_hinge_rate": "largest hinge rate [rad/s]",
     "peak_hub_rate": "largest hub angular rate [rad/s]",
     "peak_hub_angle": "largest hub rotation from its initial attitude [rad]",
@@ -104,14 +106,24 @@ def _last(x, valid):
     return x[n]
 
 
-def _time_to_final(tr, hinge, valid, tol):
-    """First save time from which every hinge stays within ``tol`` of its final angle;
-    NaN when only the last point does (the hinges still move at the end)."""
+#: The trailing part of a run through which the hinges must be still for it to have
+#: shown its final state (``time_to_final``); a turning point of a swing is not one.
+STILL_FOR = 0.1
+
+
+def _time_to_final(tr, hinge, rates, valid, tol):
+    """First save time from which every hinge stays within ``tol`` of its final angle
+    and (where the state has their ``rates``) slower than ``tol`` per second; NaN when
+    that is not the whole last :data:`STILL_FOR` of the run (still moving at the end)."""
     q = tr.xs[:, hinge]
-    off = valid & jnp.any(jnp.abs(q - _last(q, valid)[None, :]) > tol, axis=1)
+    off = jnp.any(jnp.abs(q - _last(q, valid)[None, :]) > tol, axis=1)
+    if rates.size:
+        off = off | jnp.any(jnp.abs(tr.xs[:, rates]) > tol, axis=1)
     idx = jnp.arange(q.shape[0])
-    first = jnp.max(jnp.where(off, idx, -1)) + 1
-    return jnp.where(first < jnp.sum(valid) - 1, tr.ts[first], jnp.nan)
+    first = jnp.max(jnp.where(valid & off, idx, -1)) + 1
+    t_first, t_end = tr.ts[jnp.minimum(first, q.shape[0] - 1)], _last(tr.ts, valid)
+    still = (first < jnp.sum(valid)) & (t_end - t_first >= STILL_FOR * (t_end - tr.ts[0]))
+    return jnp.where(still, t_first, jnp.nan)
 
 
 def _metrics(tr, flat_tol):
@@ -122,11 +134,11 @@ def _metrics(tr, flat_tol):
         flat = valid & jnp.all(jnp.abs(tr.xs[:, hinge]) <= flat_tol, axis=1)
         first = jnp.argmax(flat)
         out["time_to_flat"] = jnp.where(jnp.any(flat), tr.ts[first], jnp.nan)
-        out["time_to_final"] = _time_to_final(tr, hinge, valid, flat_tol)
         names = list(tr.state_names)
-        rates = [names.index(names[i] + "_dot") for i in hinge if names[i] + "_dot" in names]
-        if rates:
-            out["peak_hinge_rate"] = jnp.max(jnp.where(valid[:, None], jnp.abs(tr.xs[:, np.asarray(rates)]), 0.0))
+        rates = np.asarray([names.index(names[i] + "_dot") for i in hinge if names[i] + "_dot" in names], int)
+        out["time_to_final"] = _time_to_final(tr, hinge, rates, valid, flat_tol)
+        if rates.size:
+            out["peak_hinge_rate"] = jnp.max(jnp.where(valid[:, None], jnp.abs(tr.xs[:, rates]), 0.0))
     hub = tr.role_columns("hub_rate")
     if hub.size:
         w = jnp.where(valid[:, None], tr.xs[:, hub], 0.0)
