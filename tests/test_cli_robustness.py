@@ -326,7 +326,8 @@ def test_reconfiguration_graph_figure_is_labelled_and_fits():
     assert box.x0 <= title.x0 and title.x1 <= box.x1 and title.y1 <= box.y1  # not cut off
     ax2 = fig.axes[1]
     assert ax2.get_xlabel() == "x [m]" and ax2.get_ylabel() == "y [m]"
-    assert not [t for t in ax2.texts]  # node names in a legend, not on top of each other
+    # node names in a legend, not on top of each other; each body named once (both nodes share a state)
+    assert sorted(t.get_text() for t in ax2.texts) == ["c1\n(fixed)", "c2"]
     assert [t.get_text() for t in ax2.get_legend().get_texts()] == ["node 0", "node 1"]
 
 

@@ -21,7 +21,7 @@ LOOPS = EXAMPLES / "fourbar_loops.json"
 
 
 def _model():
-    return diffmb.load_urdf(URDF, gravity=(0.0, -G, 0.0))
+    return diffmb.load_urdf(URDF, gravity=(0.0, 0.0, -G))  # the example linkage lies in the x-z plane
 
 
 def test_loop_file_four_bar_matches_the_one_coordinate_model():
