@@ -19,7 +19,9 @@ Losses (``loss=``):
 ``"vibration"``  ``int sum_i eta_i^2 dt / T`` over the elastic (modal) coordinates: the
     structural excitation of a manoeuvre, e.g. a flexible spacecraft's slew (Banerjee &
     Lemak) shaped so its appendages ring least;
-or any callable ``loss(trajectory, params) -> scalar``.
+a loss of the scenario's own (``Scenario.losses``: ``solar-sail-slew``'s ``slew``, the
+pointing error left at the end of a slew of required angle within the horizon), or any
+callable ``loss(trajectory, params) -> scalar``.
 
 A run that diverges stops early (the divergence event); its loss is the part it ran plus
 ``divergence_penalty`` times the fraction of the horizon it did not reach, so gradients
@@ -125,17 +127,21 @@ def vibration_loss(tr, params):
     return _mean_square(tr, role_columns(tr, "elastic", "vibration"))
 
 
-def named_loss(loss, **weights) -> Callable:
-    """``loss(trajectory, params)`` from a name in :data:`LOSSES` or a callable."""
+def named_loss(loss, scenario=None, **weights) -> Callable:
+    """``loss(trajectory, params)`` from a name in :data:`LOSSES`, one of ``scenario``'s
+    own ``losses``, or a callable."""
     if callable(loss):
         return loss
+    own = getattr(scenario, "losses", None) or {}
+    if loss in own:
+        return lambda tr, p: own[loss](tr, p, **weights)
     if loss == "violation":
         return lambda tr, p: violation_loss(tr, p, **weights)
     if loss == "deploy":
         return lambda tr, p: deploy_loss(tr, p, **weights)
     if loss == "vibration":
         return lambda tr, p: vibration_loss(tr, p, **weights)
-    raise ValueError(f"loss: unknown {loss!r}; expected one of {list(LOSSES)} or a callable")
+    raise ValueError(f"loss: unknown {loss!r}; expected one of {list(LOSSES) + list(own)} or a callable")
 
 
 @dataclass
@@ -272,7 +278,7 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     start = np.array([math.log(v if v > 0 else zero_start) if m else v for v, m in zip(v0, mask)])
     settings = RunSettings(**st, saveat=int(saveat),
                            max_violation=None if max_violation is None else float(max_violation))
-    obj = _Objective(binding=b, settings=settings, loss=named_loss(loss, **(loss_weights or {})),
+    obj = _Objective(binding=b, settings=settings, loss=named_loss(loss, scenario, **(loss_weights or {})),
                      penalty=float(divergence_penalty), log_mask=mask)
     opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(clip), optax.adam(learning_rate))
     z = jnp.asarray(start)

@@ -19,7 +19,8 @@ def add_parser(sub):
     t.add_argument("--params", required=True, metavar="A,B", help="parameters to tune")
     t.add_argument("--steps", type=int, default=50, metavar="N", help="optimiser iterations")
     t.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (log space)")
-    t.add_argument("--loss", choices=LOSSES, default="violation")
+    t.add_argument("--loss", default="violation", metavar="NAME",
+                   help=f"{', '.join(LOSSES)}, or one of the scenario's own (solar-sail-slew: slew)")
     t.add_argument("--w-energy", type=float, default=0.0, help="weight on energy drift")
     t.add_argument("--w-momentum", type=float, default=0.0, help="weight on angular-momentum drift")
 

@@ -14,7 +14,11 @@
     neglected). The 44 lowest clamped-hub modes are kept — per boom 6 out-of-plane and
     5 in-plane (4-fold degenerate groups). Centrifugal geometric stiffening is on.
     Bang-bang torque ``torque`` about the body axis ``(axis_x, axis_y, axis_z)`` for
-    ``t_switch`` seconds, reversed for ``t_switch`` seconds, then zero (coast) to 300 s.
+    ``t_switch`` seconds, reversed for ``t_switch`` seconds, then zero (coast) to 300 s;
+    with ``slew_angle > 0`` [rad] the torque is instead the one that turns the rigid
+    spacecraft by that angle (``I_axis slew_angle / t_switch^2``) with switches smoothed
+    over ``slew_ramp`` seconds, so that ``t_switch`` alone trades the slew's speed against
+    the vibration it leaves (tune loss ``slew``: :func:`slew_loss`).
     Outputs: attitude (MRPs and ``attitude_angle``), rates, and the tip deflection of the
     +x boom ``tip_px`` / +y boom ``tip_py`` (body axes) in the diagnostics.
 
@@ -39,6 +43,10 @@ from ..formulations import flexible as fx
 from ..formulations.flexible import frame_modes as fe
 from ..formulations.flexible import modal as md
 from .scenario import Scenario, register
+
+
+#: The part of the horizon over which loss ``slew`` judges the pointing (its end).
+SLEW_WINDOW = 0.25
 
 
 def _choice(v, key, options):
@@ -78,8 +86,46 @@ def sail_modal(v) -> md.ModalData:
 
 
 def _bang_bang(t, f):
-    tq = jnp.where(t < f["t_switch"], f["torque"], jnp.where(t < 2 * f["t_switch"], -f["torque"], 0.0))
-    return (tq * f["axis"])[None, :]
+    """The slew torque: ``torque`` for ``t_switch`` s, reversed for as long, then none.
+
+    With ``slew_angle > 0`` it is instead the torque that turns the rigid spacecraft by
+    that angle, ``I_axis slew_angle / t_switch^2`` (a bang-bang slew turns by
+    ``tau t_s^2 / I``), and its switches are smooth steps ``(1 + tanh(x / slew_ramp)) / 2``:
+    a switch time is then a number the motion depends on smoothly, so gradients with
+    respect to ``t_switch`` see the switch move (a sharp switch moves only when it crosses
+    a step of a fixed-step solver, which autodiff cannot see)."""
+    ts = f["t_switch"]
+    step = lambda x: 0.5 * (1.0 + jnp.tanh(x / f["ramp"]))  # noqa: E731
+    smooth = f["inertia"] * f["slew_angle"] / ts**2 * (1.0 - 2.0 * step(t - ts) + step(t - 2 * ts))
+    sharp = f["torque"] * jnp.where(t < ts, 1.0, jnp.where(t < 2 * ts, -1.0, 0.0))
+    return (jnp.where(f["slew_angle"] > 0, smooth, sharp) * f["axis"])[None, :]
+
+
+def axis_inertia(data: md.ModalData, axis) -> float:
+    """The undeformed spacecraft's moment of inertia about ``axis`` through the body origin
+    (hub plus the booms' and membrane's lumped node masses)."""
+    a = np.asarray(axis, float) / np.linalg.norm(axis)
+    r = np.asarray(data.nodes, float)
+    lever = np.sum(r * r, 1) - (r @ a) ** 2
+    return float(a @ np.asarray(data.rigid_inertia) @ a + np.sum(np.asarray(data.node_mass) * lever))
+
+
+def slew_loss(tr, params, *, window=SLEW_WINDOW):
+    """Pointing error at the end of a slew (loss ``slew`` of ``solar-sail-slew``): the mean,
+    over the last ``window`` of the horizon, of ``(attitude angle - slew_angle)^2`` plus
+    each of the +x and +y boom tips' elastic deflection over the boom length, squared
+    (rad^2: the angle off target and the angles the booms still swing through). A slew
+    must be over and quiet before the window: a fast one leaves the booms ringing, one
+    too slow has not arrived."""
+    f = params["forcing"]
+    valid = jnp.isfinite(tr.ts)
+    ts = jnp.where(valid, tr.ts, 0.0)
+    t_end = jnp.max(ts)
+    inside = valid & (ts >= t_end - window * (t_end - ts[0]))
+    err = (tr.diagnostics["attitude_angle"] - f["slew_angle"]) ** 2
+    for tip in ("tip_px", "tip_py"):
+        err = err + jnp.sum(tr.diagnostics[tip] ** 2, -1) / f["boom_length"] ** 2
+    return jnp.sum(jnp.where(inside, err, 0.0)) / jnp.maximum(jnp.sum(inside), 1)
 
 
 def _sail(v, stabilization):
@@ -89,7 +135,11 @@ def _sail(v, stabilization):
         raise ValueError("solar-sail-slew: the torque axis (axis_x, axis_y, axis_z) is zero")
     body = fx.FlexBody("sail", data, "world", "free")
     forcing = {"torque": jnp.asarray(float(v["torque"])), "t_switch": jnp.asarray(float(v["t_switch"])),
-               "axis": jnp.asarray(axis / np.linalg.norm(axis))}
+               "axis": jnp.asarray(axis / np.linalg.norm(axis)),
+               "slew_angle": jnp.asarray(float(v["slew_angle"])),
+               "inertia": jnp.asarray(axis_inertia(data, axis)),
+               "ramp": jnp.asarray(float(v["slew_ramp"])),
+               "boom_length": jnp.asarray(float(v["boom_length"]))}
     system = fx.build(
         [body], speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
         geometric_stiffening=bool(v["geometric_stiffening"]), torque_fn=_bang_bang, forcing=forcing,
@@ -136,8 +186,9 @@ register(Scenario(
     defaults={"boom_length": 20.0, "n_elements": 12, "boom_mu": 0.1, "EI_out": 200.0, "EI_in": 320.0,
               "membrane_rho": 0.005, "tip_mass": 0.05, "hub_mass": 100.0, "hub_ixx": 20.0, "hub_izz": 30.0,
               "damping_ratio": 0.005, "torque": 1.0, "t_switch": 30.0, "axis_x": 0.0, "axis_y": 0.0,
-              "axis_z": 1.0, "speeds": 0.0, "method": 0.0, "geometric_stiffening": 1.0},
+              "axis_z": 1.0, "slew_angle": 0.0, "slew_ramp": 0.5, "speeds": 0.0, "method": 0.0, "geometric_stiffening": 1.0},
     t1=300.0, dt=0.02, solver="rk4",
+    losses={"slew": slew_loss},
 ))
 
 register(Scenario(

@@ -53,6 +53,10 @@ class Scenario:
     #: ``reconfiguration(overrides) -> diffmb.reconfig.Problem``: the scenario's
     #: reconfiguration-graph problem (``diffmb reconfig``), or ``None``.
     reconfiguration: Callable | None = None
+    #: ``{name: loss(trajectory, params) -> scalar}``: losses of this case for
+    #: :func:`diffmb.tune.tune` beside the general ones (e.g. ``solar-sail-slew``'s
+    #: ``slew``: the pointing error left at the end of a slew)
+    losses: dict = field(default_factory=dict)
 
     def resolve(self, overrides: dict | None = None) -> dict:
         """Defaults updated by ``overrides``, plus the per-coordinate parameters
