@@ -125,7 +125,7 @@ def slew_loss(tr, params, *, window=SLEW_WINDOW):
     err = (tr.diagnostics["attitude_angle"] - f["slew_angle"]) ** 2
     for tip in ("tip_px", "tip_py"):
         err = err + jnp.sum(tr.diagnostics[tip] ** 2, -1) / f["boom_length"] ** 2
-    return jnp.sum(jnp.where(inside, err, 0.0)) / jnp.maximum(jnp.sum(inside), 1)
+    return jnp.sum(jnp.where(inside, err, 0.0)) / jnp.maximum(jnp.sum(inside.astype(err.dtype)), 1.0)
 
 
 def _sail(v, stabilization):
