@@ -69,11 +69,9 @@ reaches only when its step size has collapsed). Exit code 0 for ``success``,
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -463,7 +461,7 @@ def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
     written, written_at = res.chunks_done, None
     bar = None
     try:
-        with _interrupts() as interrupted:
+        with _common.interrupts() as interrupted:
             x0 = cfg.system.init_state(cfg.params) if res.traj is None else res.traj.x_final
             _note(cfg, plan(cfg, settings))
             bar = _progress(cfg, _boundary(cfg, res.chunks_done)[1])
@@ -521,29 +519,6 @@ def _estimate(cfg, bar, first_s: float, left: int):
     bar.write(f"diffmb: {steps}; the first chunk took {_duration(first_s)}: about "
               f"{_duration(rest)} to go ({left:,} chunks; Ctrl-C stops after the chunk in flight)",
               file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _interrupts():
-    """Ctrl-C sets a flag checked between chunks (a signal that arrives while XLA runs is
-    otherwise delivered inside a host callback, where it can be swallowed); a second
-    Ctrl-C interrupts at once."""
-    hits = []
-
-    def handler(signum, frame):
-        hits.append(signum)
-        if len(hits) > 1:
-            raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield lambda: False
-        return
-    try:
-        yield lambda: bool(hits) or _common.pending_interrupt()
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def save_partial(cfg: RunConfig, res: RunResult):
