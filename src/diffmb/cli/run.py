@@ -630,8 +630,7 @@ def main(args) -> int:
         peek = _peek(cfg.partial_path)
         _note(cfg, f"--discard: removed {cfg.partial_path}" + (f" (it held {peek[1]:.6g} s)" if peek else ""))
         cfg.partial_path.unlink()
-    if _common.pending_interrupt():
-        raise KeyboardInterrupt
+    _common.stop_if_interrupted()
     res = run_chunks(cfg, start)
     if res.interrupted:
         where = (f"partial results up to t = {float(res.traj.t_final):.6g} s kept in {cfg.partial_path}; "
