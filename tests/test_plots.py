@@ -219,23 +219,6 @@ def test_reconfiguration_plot_draws_fixed_bodies_grey_once_and_names_the_bodies(
     assert [tuple(np.round(f[:3], 6)) for f in faces] == [tuple(np.round(c[:3], 6)) for c in node_colors]
 
 
-def test_a_body_left_in_the_same_place_by_several_nodes_is_named_once():
-    import networkx as nx
-
-    from diffmb import scenarios
-    from diffmb.reconfig import graph_figure
-
-    system, params, _ = scenarios.get("uk-hinged-cubes").make({})
-    x = np.asarray(system.init_state(params))
-    G = nx.DiGraph()
-    G.add_node(0, state=x.tolist())
-    G.add_node(1, state=x.tolist())
-    G.add_edge(0, 1, potential="+x", joints={})
-    ax2 = graph_figure(G, system).axes[1]
-    names = [t.get_text() for t in ax2.texts]
-    assert len(names) == len(set(names)) == len(system.body_names)
-
-
 def test_fit_figure_takes_records_of_different_lengths():
     result, records, sensors = _fit_case()
     short = records[1].data
