@@ -46,7 +46,7 @@ from ..origami.fold import load_fold
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
 from ..origami.patterns import miura, scheel
-from .scenario import REGISTRY, Scenario, register
+from .scenario import REGISTRY, Scenario, register, set_anywhere
 from .files import existing
 
 PAPER = "Fulton & Schaub, Acta Astronautica 2021"
@@ -218,7 +218,7 @@ def _hinge_defaults(scale):
 def _conserved(values) -> tuple:
     """A free-floating fold conserves angular momentum; its energy too when no hinge
     damps: no viscous ``c``, no tape-spring damping (``hinge`` 1), no end-stop damping."""
-    damped = (values.get("c", 0.0) != 0 or (values.get("hinge", 0.0) != 0 and values.get("ts_damping", 0.0) != 0)
+    damped = (set_anywhere(values, "c") or (values.get("hinge", 0.0) != 0 and values.get("ts_damping", 0.0) != 0)
               or ((values.get("stop", 0.0) != 0 or values.get("latch", -1.0) >= 0)
                   and values.get("stop_c", 0.0) != 0))
     return ("angular_momentum",) if damped else ("energy", "angular_momentum")

@@ -118,13 +118,19 @@ class Scenario:
         return system, coordinate_params.apply(system, params, per) if per else params
 
 
+def set_anywhere(values: dict, name: str) -> bool:
+    """Whether ``name`` is nonzero in ``values``, or for any one coordinate
+    (``c.theta_j``: one hinge's damping makes the structure damped)."""
+    return values.get(name, 0.0) != 0 or any(v != 0 for k, v in values.items() if k.startswith(name + "."))
+
+
 def conserves(*, momentum: bool = False, energy_unless=()) -> Callable:
     """A Scenario's ``conserved``: angular momentum always when ``momentum`` (free-floating,
     no external torque); the energy when every name of ``energy_unless`` is 0 (its
     damping, forcing, ...). ``energy_unless=None``: the energy never is."""
     def conserved(values):
         out = ("angular_momentum",) if momentum else ()
-        if energy_unless is not None and all(values.get(k, 0.0) == 0 for k in energy_unless):
+        if energy_unless is not None and not any(set_anywhere(values, k) for k in energy_unless):
             out = ("energy",) + out
         return out
 
