@@ -39,11 +39,12 @@ def test_sweep_keeps_finished_members_on_ctrl_c(tmp_path):
     within seconds (not at the end), exits 130, and the CSV holds the finished members."""
     out, log = tmp_path / "s.csv", tmp_path / "stderr.txt"
     with log.open("w") as stderr:
-        p = subprocess.Popen([sys.executable, "-m", "diffmb", "sweep", "four-bar", "--batch", "64", "--chunk", "4",
-                              "--set", "c=0:0.2", "--t1", "2", "--csv", str(out)],
+        # chunks of 3 members over 0.5 s: the program test_design's sweep compiles (a cache hit)
+        p = subprocess.Popen([sys.executable, "-m", "diffmb", "sweep", "four-bar", "--batch", "3000", "--chunk", "3",
+                              "--set", "c=0:0.2", "--t1", "0.5", "--csv", str(out)],
                              stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not re.search(r" [1-9]\d*/64", log.read_text()):
+        while time.monotonic() < deadline and not re.search(r" [1-9]\d*/3000", log.read_text()):
             assert p.poll() is None, log.read_text()
             time.sleep(0.2)
         p.send_signal(signal.SIGINT)
@@ -51,11 +52,11 @@ def test_sweep_keeps_finished_members_on_ctrl_c(tmp_path):
         p.wait(timeout=60)
     err = log.read_text()
     assert p.returncode == 130, err[-2000:]
-    assert time.monotonic() - tic < 30  # one chunk of 4 members, not the other 60
+    assert time.monotonic() - tic < 30  # the chunk in flight, not the other thousand
     rows = list(csv.DictReader(out.open()))
-    done = int(re.search(r"interrupted; (\d+) of 64 members finished, kept in", err).group(1))
-    assert 4 <= len(rows) == done < 64 and done % 4 == 0
-    assert [float(r["c"]) for r in rows] == pytest.approx([0.2 * i / 63 for i in range(done)])
+    done = int(re.search(r"interrupted; (\d+) of 3000 members finished, kept in", err).group(1))
+    assert 3 <= len(rows) == done < 3000 and done % 3 == 0
+    assert [float(r["c"]) for r in rows] == pytest.approx([0.2 * i / 2999 for i in range(done)])
     assert {r["status"] for r in rows} == {"success"}
 
 
