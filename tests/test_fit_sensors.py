@@ -11,7 +11,7 @@ import pytest
 
 from diffmb import scenarios
 from diffmb.data import Data
-from diffmb.fit import fit, synth
+from diffmb.fit import FitWarning, fit, synth
 from diffmb.least_squares import IdentifiabilityWarning
 from diffmb.mujoco_record import mujoco_record
 from diffmb.records import Record
@@ -136,9 +136,10 @@ def test_two_records_share_physics_with_their_own_start_times_and_nuisance():
     # bounds hold: a start time allowed only 0.1 s cannot reach run0's 0.15 s
     markers = [c for s in nominal[:2] for c in s.columns]
     run0 = Record(records[0].data.select(markers), {"spin": 0.0})
-    tight = fit(sc, run0, ["K", "c", "t_offset"], sensors=nominal[:2], overrides={"K": 0.2, "c": 0.1},
-                bounds={"t_offset": 0.1}, continuation=False, max_iterations=8)
-    assert abs(tight.params["t_offset"]) <= 0.1 + 1e-12
+    with pytest.warns(FitWarning, match="t_offset ended at its bound"):  # and says so
+        tight = fit(sc, run0, ["K", "c", "t_offset"], sensors=nominal[:2], overrides={"K": 0.2, "c": 0.1},
+                    bounds={"t_offset": 0.1}, continuation=False, max_iterations=8)
+    assert abs(tight.params["t_offset"]) <= 0.1 + 1e-12 and not tight.converged
 
 
 @pytest.mark.slow
