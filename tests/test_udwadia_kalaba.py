@@ -213,6 +213,12 @@ def test_explorer_hinged_cubes_two_nodes_two_edges(tmp_path):
     assert r[0] == pytest.approx(0.0, abs=5e-3) and r[1] == pytest.approx(-0.125, abs=5e-3)
     assert (tmp_path / "uk-hinged-cubes.graphml").exists() and (tmp_path / "uk-hinged-cubes.png").exists()
     assert json.loads((tmp_path / "g.json").read_text())["graph_file"].endswith(".graphml")
+    assert obj["unexplored"] == 0
+    # Ctrl-C (the flag stop() reads) after node 0: the graph found so far is kept and written
+    part = reconfig.run(scenarios.get("uk-hinged-cubes"), out=tmp_path / "part", stop=lambda: True)
+    assert len(part["nodes"]) == 2 and part["unexplored"] == 1
+    assert [(e["source"], e["target"]) for e in part["edges"]] == [(0, 1)]
+    assert (tmp_path / "part" / "uk-hinged-cubes.graphml").exists()
 
 
 # ------------------------------------------------------------------ bad input

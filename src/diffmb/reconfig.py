@@ -235,11 +235,14 @@ def _assess(problem, traj, k, ts):
 
 
 # ============================================================================== explore
-def explore(problem: Problem, *, verbose=False) -> nx.MultiDiGraph:
+def explore(problem: Problem, *, verbose=False, stop=None) -> nx.MultiDiGraph:
     """Build the reconfiguration graph (module docstring). Node attributes: ``state``
     (the configuration at rest, a list), ``energy``; edge attributes: ``joints``
     (``{site: option}``), ``potential`` (choice name), ``reason`` (``sensor`` or
-    ``equilibrium``); ``graph.graph["rejected"]`` counts the rejected candidates by reason."""
+    ``equilibrium``); ``graph.graph["rejected"]`` counts the rejected candidates by reason.
+    ``stop()``: checked after every node's batch of candidates; when it returns True the
+    graph found so far is returned, ``graph.graph["unexplored"]`` the nodes whose
+    candidates were not run (0 when the exploration finished)."""
     problem.validate()
     sysm = problem.system
     event = sysm.sensor_event(problem.sensor_pairs, align_tol=problem.align_tol)
@@ -278,10 +281,13 @@ def explore(problem: Problem, *, verbose=False) -> nx.MultiDiGraph:
             if match == u:
                 continue
             G.add_edge(u, match, joints=dict(labels), potential=choice, reason=reason)
+        if stop is not None and stop():
+            break
     for v in G.nodes:
         x = jnp.asarray(G.nodes[v]["state"])
         G.nodes[v]["energy"] = float(sysm.potential(x[: 7 * sysm.n].reshape(sysm.n, 7), problem.params))
     G.graph["rejected"] = rejected
+    G.graph["unexplored"] = len(todo)
     return G
 
 
@@ -301,7 +307,7 @@ def graph_json(G, system, graph_file=None) -> dict:
     edges = [{"source": int(u), "target": int(v), "joints": d["joints"], "potential": d["potential"],
               "reason": d["reason"]} for u, v, d in G.edges(data=True)]
     return {"nodes": nodes, "edges": edges, "graph_file": None if graph_file is None else str(graph_file),
-            "rejected": G.graph.get("rejected", {})}
+            "rejected": G.graph.get("rejected", {}), "unexplored": G.graph.get("unexplored", 0)}
 
 
 def save_graphml(G, path) -> Path:
@@ -412,12 +418,13 @@ def get_problem(scenario, overrides=None) -> Problem:
     return scenario.reconfiguration(overrides)
 
 
-def run(scenario, out=None, json_path=None, overrides=None, verbose=False) -> dict:
+def run(scenario, out=None, json_path=None, overrides=None, verbose=False, stop=None) -> dict:
     """Explore a scenario's reconfiguration graph (:class:`~diffmb.scenarios.Scenario` with a
-    ``reconfiguration``); write ``<out>/<name>.graphml`` and ``.png``; return the JSON object."""
+    ``reconfiguration``); write ``<out>/<name>.graphml`` and ``.png``; return the JSON object
+    (``unexplored``: nodes left when ``stop()`` ended the exploration early, see :func:`explore`)."""
     problem = get_problem(scenario, overrides)
     name = scenario.name
-    G = explore(problem, verbose=verbose)
+    G = explore(problem, verbose=verbose, stop=stop)
     gfile = None
     if out is not None:
         out = Path(out)
