@@ -271,7 +271,7 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
                                                       pb.weights, pb.known)
     physics, v0, names, p = pb.physics, pb.start, res.unknowns.names, len(pb.physics)
     history, compile_s = [], 0.0
-    budget = {"left": int(max_iterations), "converged": False, "stopped": False}
+    budget = {"left": int(max_iterations), "converged": False}
     t_loop = time.perf_counter()
     initial_rms = None
     stopped = (lambda: False) if stop is None else stop
