@@ -87,7 +87,7 @@ def main(args) -> int:
         res.write_csv(args.csv)
     obj = {"scenario": sc.name, **res.to_json()}
     rows = res.rows()
-    keys, empty = _shown(rows, members)
+    keys, empty = _shown(rows)
     head = "  ".join(f"{k:>14}" for k in keys)
     lines = [head] + ["  ".join(f"{_cell(r[k]):>14}" for k in keys) for r in rows[:20]]
     if len(rows) > 20:
@@ -111,7 +111,7 @@ def main(args) -> int:
     return 0
 
 
-def _shown(rows, members):
+def _shown(rows):
     """The columns worth a reader's look: the members' values, then every metric that
     is a number for some member (``--csv``/``--json`` keep all of them)."""
     keys = list(rows[0])
