@@ -1,0 +1,137 @@
+"""The scene of an origami run: panels as their polygons, creases, cut creases, the hub.
+
+The pattern is rebuilt from the run's scenario and parameters (a registered pattern or a
+FOLD file); its panel outlines (:class:`~diffmb.origami.pattern.OrigamiInfo`) are in each
+body's frame, and since every body frame is parallel to the world in the flat layout, a
+crease ``p1 -> p2`` of the flat layout sits at ``p - origin(panel)`` in a panel's frame.
+
+Quantities: per panel, the angle, rate and stored energy of the hinge that joins it to
+its parent (linear spring ``K (theta - rest)^2 / 2`` plus tape springs and stops where the
+run has them); per cut crease the closure gap, the largest distance between the crease's
+end points as carried by its two panels (the panels touching a cut crease take its gap).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..origami import build
+from ..origami.fold import load_fold
+from ..origami.hinges import stop_energy, tape_spring_energy
+from ..scenarios import origami as origami_scenarios
+from .frames import body_poses, hinge_series, world_points
+from .scene import Scene, Quantity, frame_indices
+
+
+def pattern_of(run):
+    """The crease pattern of a saved origami run, or ``None`` when it is not one."""
+    name, v = run.scenario.name, run.values
+    if name in origami_scenarios.PATTERNS and run.meta.get("model") is None:
+        return origami_scenarios.PATTERNS[name](v)
+    model = run.meta.get("model")
+    if isinstance(model, str) and model.lower().endswith(".fold"):
+        return load_fold(model, density=v["density"], stiffness=v["K"], damping=v["c"],
+                         hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None)
+    return None
+
+
+def crease_layout(pattern):
+    """``(outlines, cut, creases)``: body name -> ``(k, 3)`` outline in its frame, the cut
+    creases' panel pairs, and every crease as ``(a, b, p1_a, p2_a, p1_b, p2_b, cut)`` with
+    its end points in panel ``a``'s and panel ``b``'s frames."""
+    _, info = build(pattern, stabilization="none")
+    outlines = {name: np.asarray(v, float) for name, v in info.panel_outlines}
+    origin = {p.name: np.asarray(p.vertices, float)[0] - outlines[p.name][0] for p in pattern.panels}
+    cut = {frozenset(pair) for pair in info.pairs}
+    creases = []
+    for c in pattern.creases:
+        p1, p2 = np.asarray(c.p1, float), np.asarray(c.p2, float)
+        creases.append((c.a, c.b, p1 - origin[c.a], p2 - origin[c.a], p1 - origin[c.b], p2 - origin[c.b],
+                        frozenset((c.a, c.b)) in cut))
+    return outlines, cut, creases
+
+
+def hinge_energy(run, angles: np.ndarray) -> np.ndarray:
+    """``(F, H)`` stored energy of each tree hinge: linear spring, plus the run's tape
+    springs and stops (:mod:`diffmb.origami.hinges`)."""
+    model, system = run.params["model"], run.system
+    idx = [i for i, k in zip((s for s, _ in model.body_slices), model.joint_kinds) if k == "revolute"]
+    K = np.asarray(model.stiffness)[idx]
+    rest = np.asarray(model.rest)[idx]
+    E = 0.5 * K * (angles - rest) ** 2
+    forcing = run.params.get("forcing") or {}
+    tau = getattr(system, "tau_fn", None)
+    if tau is not None and tuple(getattr(tau, "indices", ())) == tuple(idx):
+        if "tape" in forcing:
+            f = forcing["tape"]
+            E = E + np.asarray(tape_spring_energy(angles - np.asarray(f["rest"]), f["K_flat"], f["M_peak"],
+                                                  f["M_plateau"], f["M_peak_neg"], f["M_plateau_neg"]))
+        if "stop" in forcing:
+            s = forcing["stop"]
+            E = E + np.asarray(stop_energy(angles, s["lower"], s["upper"], s["k"], s["width"]))
+    return E
+
+
+def scene(run, fps: float, max_frames: int) -> Scene | None:
+    """The origami scene of ``run`` (a :class:`~diffmb.viewer.saved.SavedRun`), or
+    ``None`` when the run is not origami."""
+    pattern = pattern_of(run)
+    if pattern is None:
+        return None
+    tr = run.traj.trimmed()
+    pick = frame_indices(np.asarray(tr.ts), fps, max_frames)
+    ts, xs = np.asarray(tr.ts)[pick], np.asarray(tr.xs)[pick]
+    names = list(run.system.body_names)
+    index = {n: i for i, n in enumerate(names)}
+    poses = body_poses(run.system, run.params, xs)
+    outlines, cut, creases = crease_layout(pattern)
+    hub = index[pattern.root]
+    geometry = [{"polygons": [outlines[n].tolist()] if n in outlines else [], "segments": [],
+                 "role": "hub" if i == hub else "panel"} for i, n in enumerate(names)]
+    links = []
+    for a, b, p1a, p2a, p1b, p2b, is_cut in creases:
+        if is_cut:
+            links.append({"a": index[a], "pa": p1a.tolist(), "b": index[b], "pb": p1b.tolist(), "kind": "cut-gap"})
+            geometry[index[a]]["segments"].append({"p": [p1a.tolist(), p2a.tolist()], "kind": "cut"})
+            geometry[index[b]]["segments"].append({"p": [p1b.tolist(), p2b.tolist()], "kind": "cut"})
+        else:
+            geometry[index[a]]["segments"].append({"p": [p1a.tolist(), p2a.tolist()], "kind": "crease"})
+    angle, rate, bodies = hinge_series(run.system, xs)
+    n_f, n_b = len(ts), len(names)
+
+    def per_body(series):
+        out = np.full((n_f, n_b), np.nan)
+        out[:, bodies] = series
+        return out
+
+    energy = hinge_energy(run, angle)
+    gap = _gaps(poses, creases, index)
+    touch = np.zeros((n_f, n_b))
+    for (a, b, *_rest, is_cut), g in zip([c for c in creases if c[-1]], gap.T):
+        touch[:, index[a]] = np.maximum(touch[:, index[a]], g)
+        touch[:, index[b]] = np.maximum(touch[:, index[b]], g)
+    quantities = [
+        Quantity("hinge angle", "deg", "bodies", per_body(np.degrees(angle)), signed=True),
+        Quantity("hinge rate", "deg/s", "bodies", per_body(np.degrees(rate)), signed=True),
+        Quantity("closure violation (cut-crease gap)", "m", "bodies", touch),
+        Quantity("hinge energy", "J", "bodies", per_body(energy)),
+    ]
+    return Scene(
+        title=run.name, times=ts.astype(np.float32), body_names=names, poses=poses.astype(np.float32), geometry=geometry,
+        links=links, quantities=quantities, hub=hub, kind="origami",
+        info={"panels": len(outlines), "creases": len(creases), "cut creases": len(cut),
+              "hub": pattern.root},
+    )
+
+
+def _gaps(poses: np.ndarray, creases, index) -> np.ndarray:
+    """``(F, C)`` closure gap of each cut crease: the larger distance between its end
+    points as carried by panel ``a`` and by panel ``b``."""
+    out = []
+    for a, b, p1a, p2a, p1b, p2b, is_cut in creases:
+        if not is_cut:
+            continue
+        d1 = world_points(poses[:, index[a]], p1a) - world_points(poses[:, index[b]], p1b)
+        d2 = world_points(poses[:, index[a]], p2a) - world_points(poses[:, index[b]], p2b)
+        out.append(np.maximum(np.linalg.norm(d1, axis=-1), np.linalg.norm(d2, axis=-1)))
+    return np.stack(out, -1) if out else np.zeros((len(poses), 0))
