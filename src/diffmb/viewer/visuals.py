@@ -1,0 +1,139 @@
+"""Visual primitives of a model file, placed on the bodies of the built model.
+
+URDF: each link's ``<visual>`` with a ``box``, ``sphere`` or ``cylinder`` (meshes are not
+read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
+``sphere``, ``cylinder`` or ``capsule`` (``size`` or ``fromto``; ``pos``, ``quat``).
+A link merged into its moving ancestor by a fixed joint brings its visuals to that body
+through the merged frame's placement (``Model.frame_*``).
+
+A primitive: ``{"type", "size", "pos", "quat"}`` in the body frame; ``size`` is the
+box's full sides, the sphere's ``[radius]``, the cylinder's and capsule's
+``[radius, length]`` (of the cylindrical part, along the primitive's ``z``).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+from .scene import dcm_to_quat
+from .saved import model_args
+
+
+def _floats(text, n, default):
+    if text is None:
+        return np.asarray(default, float)
+    vals = [float(v) for v in text.split()]
+    return np.asarray(vals[:n] if len(vals) >= n else default, float)
+
+
+def _rpy(r, p, y) -> np.ndarray:
+    cr, sr, cp, sp, cy, sy = np.cos(r), np.sin(r), np.cos(p), np.sin(p), np.cos(y), np.sin(y)
+    return np.array([[cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+                     [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+                     [-sp, cp * sr, cp * cr]])
+
+
+def _quat_wxyz(q) -> np.ndarray:
+    w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+
+
+def _align_z(d: np.ndarray) -> np.ndarray:
+    """A rotation taking ``z`` to the unit vector ``d``."""
+    z = np.array([0.0, 0.0, 1.0])
+    v, c = np.cross(z, d), float(np.dot(z, d))
+    if np.linalg.norm(v) < 1e-12:
+        return np.eye(3) if c > 0 else np.diag([1.0, -1.0, -1.0])
+    vx = np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])
+    return np.eye(3) + vx + vx @ vx / (1 + c)
+
+
+def _prim(kind, size, pos, R) -> dict:
+    return {"type": kind, "size": [float(s) for s in size], "pos": [float(p) for p in pos],
+            "quat": dcm_to_quat(np.asarray(R).T).tolist()}
+
+
+def urdf_visuals(path) -> dict:
+    """``{link: [(type, size, pos, R)]}`` in each link's frame."""
+    out = {}
+    for link in ET.parse(path).getroot().iter("link"):
+        for vis in link.findall("visual"):
+            origin = vis.find("origin")
+            pos = _floats(None if origin is None else origin.get("xyz"), 3, [0, 0, 0])
+            R = _rpy(*_floats(None if origin is None else origin.get("rpy"), 3, [0, 0, 0]))
+            geom = vis.find("geometry")
+            if geom is None:
+                continue
+            for g in geom:
+                if g.tag == "box":
+                    size = _floats(g.get("size"), 3, [0, 0, 0])
+                elif g.tag == "sphere":
+                    size = [float(g.get("radius", 0))]
+                elif g.tag in ("cylinder", "capsule"):
+                    size = [float(g.get("radius", 0)), float(g.get("length", 0))]
+                else:
+                    continue
+                out.setdefault(link.get("name"), []).append((g.tag, size, pos, R))
+    return out
+
+
+def mjcf_visuals(path) -> dict:
+    """``{body: [(type, size, pos, R)]}`` in each MJCF body's frame."""
+    out = {}
+    for body in ET.parse(path).getroot().iter("body"):
+        for g in body.findall("geom"):
+            kind = g.get("type", "sphere")
+            size = _floats(g.get("size"), 3, [0, 0, 0]) if g.get("size") else np.zeros(3)
+            pos = _floats(g.get("pos"), 3, [0, 0, 0])
+            R = _quat_wxyz(_floats(g.get("quat"), 4, [1, 0, 0, 0]))
+            if g.get("fromto") and kind in ("capsule", "cylinder", "box"):
+                a, b = np.split(_floats(g.get("fromto"), 6, [0] * 6), 2)
+                d = b - a
+                L = float(np.linalg.norm(d))
+                if L == 0:
+                    continue
+                pos, R = (a + b) / 2, _align_z(d / L)
+                size = [size[0], L] if kind != "box" else [2 * size[0], 2 * size[1], L]
+            elif kind == "box":
+                size = 2 * size[:3]
+            elif kind == "sphere":
+                size = size[:1]
+            elif kind in ("capsule", "cylinder"):
+                size = [size[0], 2 * size[1]]
+            else:
+                continue
+            out.setdefault(body.get("name"), []).append(("cylinder" if kind == "cylinder" else kind, size, pos, R))
+    return out
+
+
+def file_visuals(model: str | None, body_names, tree_model=None) -> dict:
+    """``{body name: [primitive, ...]}`` from the run's model file (empty when the run is
+    not from a URDF or MJCF file, or the file cannot be read)."""
+    if not isinstance(model, str):
+        return {}
+    path = model_args(model)[0]
+    try:
+        found = urdf_visuals(path) if path.lower().endswith(".urdf") else (
+            mjcf_visuals(path) if path.lower().endswith(".xml") else {})
+    except (OSError, ET.ParseError, ValueError):
+        return {}
+    out = {}
+    frames = list(getattr(tree_model, "frame_names", ()) or ())
+    for name, prims in found.items():
+        if name in body_names:
+            body, E, r = name, np.eye(3), np.zeros(3)
+        elif name in frames:
+            k = frames.index(name)
+            b = int(tree_model.frame_bodies[k])
+            if b < 0:
+                continue
+            body, E, r = body_names[b], np.asarray(tree_model.frame_rot[k], float), np.asarray(tree_model.frame_pos[k], float)
+        else:
+            continue
+        for kind, size, pos, R in prims:
+            out.setdefault(body, []).append(_prim(kind, size, r + E.T @ pos, E.T @ R))
+    return out
