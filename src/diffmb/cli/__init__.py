@@ -6,6 +6,7 @@
 ``diffmb synth | tune | fit | sweep`` the design tools (:mod:`.synth`, :mod:`.tune`,
                                      :mod:`.fit`, :mod:`.sweep`)
 ``diffmb reconfig SCENARIO``         a reconfiguration graph (:mod:`.reconfig`)
+``diffmb view RUN.npz``              a run in 3-D, one self-contained web page (:mod:`.view`)
 
 Each command module has ``add_parser(sub)`` and ``main(args) -> exit code``; what they
 share (one-line errors, ``--set`` parsing, output checks, the run-settings resolver) is in
@@ -20,13 +21,13 @@ import warnings
 from collections.abc import Callable
 
 from .. import __version__
-from . import _common, fit, linearize, listing, reconfig, run, sweep, synth, tune
+from . import _common, fit, linearize, listing, reconfig, run, sweep, synth, tune, view
 from ._common import Parser, UsageError, fail
 from .run import RunConfig, RunResult, default_chunks, report  # noqa: F401  (the run's public pieces)
 
 #: In ``diffmb --help`` order.
 COMMANDS = {"list": listing, "run": run, "linearize": linearize, "synth": synth, "tune": tune,
-            "fit": fit, "sweep": sweep, "reconfig": reconfig}
+            "fit": fit, "sweep": sweep, "reconfig": reconfig, "view": view}
 
 
 def on_pending_interrupt(flag: Callable[[], bool]) -> None:

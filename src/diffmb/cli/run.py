@@ -44,7 +44,7 @@ and both ways on; ``--discard`` alone removes it and starts fresh.
 Output paths are checked before any work. At the end ``<out>/<scenario>.npz``
 (``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
 are written and the partial file is removed (``--animate``: also ``<out>/<scenario>.gif``,
-origami scenarios only). When ``<out>/<scenario>.npz`` already holds the run of another
+origami scenarios only; ``--view``: also ``<out>/<scenario>.html``, see ``diffmb view``). When ``<out>/<scenario>.npz`` already holds the run of another
 scenario, model file (two files with one stem: ``fourbar.urdf``, ``fourbar.xml``) or other
 parameters, one warning line says so before any work (it is still replaced: give another
 ``--out`` to keep both); a re-run of the same case (whatever its t1, dt or solver)
@@ -129,6 +129,8 @@ def add_parser(sub):
     r.add_argument("--no-plot", action="store_true", help="do not write plots")
     r.add_argument("--animate", action="store_true",
                    help="write <out>/<scenario>.gif, a 3-D animation (origami scenarios)")
+    r.add_argument("--view", action="store_true",
+                   help="write <out>/<scenario>.html, the run in 3-D as one web page (diffmb view)")
     r.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     r.add_argument("--chunks", type=int, metavar="N",
                    help="number of chunks, each a whole number of steps of dt (at most the step "
@@ -165,6 +167,7 @@ class RunConfig:
     animate: bool = False
     discard: bool = False
     conserved: tuple | None = None  # diagnostics the physics conserves (health checks)
+    view: bool = False
     #: a MODEL-FILE run's source: the file's absolute path (and ``--closures``, ``--key``);
     #: None for a registered scenario
     model: str | None = None
@@ -211,6 +214,7 @@ def resolve(args) -> RunConfig:
         chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
         animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
         conserved=tuple(sc.conserved(values)), model=model_source(args),
+        view=bool(getattr(args, "view", False)),
     )
 
 
@@ -585,6 +589,10 @@ def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
             from ..origami.animate import animate  # matplotlib, loaded only when asked
 
             files.append(animate(cfg.system, traj, panels, cfg.out / f"{cfg.name}.gif", title=cfg.name))
+    if cfg.view:
+        from ..viewer import write_view
+
+        files.append(write_view(files[0], cfg.out / f"{cfg.name}.html"))
     obj = report(cfg, res)
     if cfg.json_path is not None:
         write_json(cfg.json_path, obj)

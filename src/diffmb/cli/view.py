@@ -1,0 +1,77 @@
+"""``diffmb view RUN.npz [--out FILE.html]``: a run in 3-D, one self-contained web page.
+
+The page (:mod:`diffmb.viewer`) opens offline in any current browser: play/pause, speed,
+a time slider with the time, orbit/pan/zoom, follow-the-hub, colour by a quantity with
+its legend and a synchronised plot, world axes, grid and scale bar. ``RUN.npz`` is what
+``diffmb run`` writes; its scenario or model file is rebuilt from the metadata.
+
+Also: ``--fold FILE.fold`` (origami runs) the frames as a multi-frame FOLD file,
+``--gltf FILE.gltf`` / ``--obj FILE.obj`` one frame (``--at T``, default the last) as a
+mesh. Bad input (a missing file, a file that is not a run, an unknown scenario in its
+metadata) is one line on stderr naming the file or field, exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._common import UsageError, check_outputs, one_line_errors, positive
+
+
+def add_parser(sub):
+    v = sub.add_parser("view", help="write a run as an interactive 3-D web page", description=(
+        "Write RUN.npz (from diffmb run) as one self-contained HTML page (no network needed): "
+        "3-D bodies over time with play, scrub, orbit, colour by a quantity."))
+    v.add_argument("run", metavar="RUN.npz", type=Path, help="a run written by diffmb run")
+    v.add_argument("--out", type=Path, metavar="FILE.html", help="the page (default: RUN.html beside RUN.npz)")
+    v.add_argument("--fps", type=float, default=None, metavar="N",
+                   help="frames kept per simulated second (default 25; the page interpolates between them)")
+    v.add_argument("--max-frames", type=int, default=None, metavar="N", help="at most N frames (default 400)")
+    v.add_argument("--fold", type=Path, metavar="FILE.fold",
+                   help="also write the frames as a multi-frame FOLD file (origami runs)")
+    v.add_argument("--gltf", type=Path, metavar="FILE.gltf", help="also write one frame as glTF 2.0")
+    v.add_argument("--obj", type=Path, metavar="FILE.obj", help="also write one frame as Wavefront OBJ")
+    v.add_argument("--at", type=float, metavar="T", help="the time of the --gltf / --obj frame [s] "
+                   "(default: the last frame)")
+    v.add_argument("--quiet", action="store_true", help="print nothing")
+
+
+@one_line_errors
+def main(args) -> int:
+    from .. import viewer
+    from ..viewer import saved
+    from ..viewer.page import write
+
+    fps = positive("fps", args.fps) or viewer.FPS
+    if args.max_frames is not None and args.max_frames < 2:
+        raise UsageError(f"--max-frames must be at least 2, got {args.max_frames}")
+    max_frames = args.max_frames or viewer.MAX_FRAMES
+    for flag, path, ext in (("--out", args.out, ".html"), ("--fold", args.fold, ".fold"),
+                            ("--gltf", args.gltf, ".gltf"), ("--obj", args.obj, ".obj")):
+        if path is not None and path.suffix.lower() != ext:
+            raise UsageError(f"{flag} {path}: expected a {ext} file name")
+    if args.at is not None and args.gltf is None and args.obj is None:
+        raise UsageError("--at picks the frame of --gltf / --obj; give one of them")
+    if not args.run.is_file():
+        raise UsageError(f"{args.run}: no such file" if not args.run.exists() else f"{args.run}: not a file")
+    out = args.out if args.out is not None else args.run.with_suffix(".html")
+    check_outputs(files=[("--out", out), ("--fold", args.fold), ("--gltf", args.gltf), ("--obj", args.obj)])
+    run = saved.load(args.run)
+    scene = viewer.scene_of(run, fps, max_frames)
+    files = [write(scene, out)]
+    if args.fold is not None:
+        from ..viewer.fold_frames import write_fold_frames
+
+        files.append(write_fold_frames(run, args.fold, fps=fps, max_frames=max_frames))
+    if args.gltf is not None or args.obj is not None:
+        from ..viewer import mesh
+
+        for path, writer in ((args.gltf, mesh.write_gltf), (args.obj, mesh.write_obj)):
+            if path is not None:
+                files.append(writer(scene, path, args.at))
+    if not args.quiet:
+        for f in files:
+            print(f"{f} ({f.stat().st_size / 1e3:,.0f} kB)")
+        print(f"{len(scene.times)} frames of {len(scene.body_names)} bodies, t = {float(scene.times[0]):g} "
+              f"to {float(scene.times[-1]):g} s")
+    return 0
