@@ -214,6 +214,11 @@ class SweepResult:
     #: the members asked for (``batch`` is those finished: fewer when ``interrupted``)
     requested: int | None = None
     interrupted: bool = False
+    #: the member indices of the rows, when not all of ``0 .. requested - 1`` finished
+    #: (an interrupted sweep; with workers, the finished chunks need not be the first)
+    index: list | None = None
+    #: worker processes that ran chunks (0: this process, :mod:`diffmb.distributed`)
+    workers: int = 0
 
     def statuses(self) -> list:
         """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
@@ -242,7 +247,7 @@ class SweepResult:
     def diverged(self) -> list:
         """Indices of the members that diverged (non-finite state or violation past the bound)."""
         codes = np.asarray(self.table["status"]).astype(int)
-        return [int(i) for i in np.flatnonzero(codes == STATUS_CODES["diverged"])]
+        return [int(i) for i in self.member_index()[codes == STATUS_CODES["diverged"]]]
 
     def rows(self) -> list:
         """Per member: its parameter values and metrics (:data:`METRICS`). Where the
@@ -262,6 +267,10 @@ class SweepResult:
             out.append(row)
         return out
 
+    def member_index(self) -> np.ndarray:
+        """The member index (in the sweep asked for) of each row."""
+        return np.arange(self.batch) if self.index is None else np.asarray(self.index, int)
+
     def to_json(self) -> dict:
         rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                 for r in self.rows()]
@@ -269,7 +278,8 @@ class SweepResult:
                 "interrupted": self.interrupted, "t1": self.t1, "wall_s": self.wall_s, "compile_s": self.compile_s,
                 "devices": self.devices, "chunks": self.chunks,
                 "throughput_member_s_per_s": self.throughput, "status_counts": self.status_counts,
-                "diverged_members": self.diverged(), "members": rows}
+                "diverged_members": self.diverged(), "members": rows,
+                **({} if self.index is None else {"member_index": list(self.index)})}
 
     def write_csv(self, path):
         rows = self.rows()
@@ -307,9 +317,72 @@ def _take(tree, idx):
     return jax.tree_util.tree_map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
 
 
+def chunk_size(batch: int, chunk: int, n_devices: int = 1) -> int:
+    """Members per compiled call of a sweep of ``batch`` members asked to run in chunks of
+    ``chunk`` over ``n_devices``: at most the batch, rounded up to a multiple of the
+    devices (each gets an equal share)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    chunk = min(int(chunk), batch)
+    return int(math.ceil(chunk / n_devices) * n_devices)
+
+
+def chunk_members(n: int, chunk: int, batch: int):
+    """``(idx, real)`` of chunk ``n``: the member index of each of its ``chunk`` rows and
+    which rows are real; the last chunk is padded with copies of the last member, so every
+    chunk has one shape and one compilation serves all. The assignment depends on nothing
+    else, so any process running chunk ``n`` computes the same members."""
+    idx = np.arange(n * chunk, (n + 1) * chunk)
+    real = idx < batch
+    return np.where(real, idx, batch - 1), real
+
+
+def n_chunks(batch: int, chunk: int) -> int:
+    """How many chunks of ``chunk`` members cover ``batch``."""
+    return -(-batch // chunk)
+
+
+def member_runner(system, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, saveat=1001,
+                  max_violation=1.0, flat_tol_deg=1.0, with_x0=False):
+    """The per-member run of a sweep (vmapped over a chunk's params and initial states):
+    :func:`~diffmb.integrate.simulate` reduced to the metrics of :data:`METRICS`."""
+    settings = RunSettings(t1=float(t1), dt=dt, solver=solver, rtol=float(rtol), atol=float(atol),
+                           saveat=int(saveat),
+                           max_violation=None if max_violation is None else float(max_violation))
+    return _Member(system=system, settings=settings, flat_tol=math.radians(flat_tol_deg), with_x0=with_x0)
+
+
+def run_chunk(program, member, static, dyn_chunk, x0_chunk):
+    """One chunk's metrics (name -> array over its rows, padding included): ``program`` is
+    ``None`` or the compiled call of an earlier chunk of the same sweep (same shapes);
+    returns ``(metrics, program, compile_s)``."""
+    p = eqx.combine(dyn_chunk, static)
+    compile_s = 0.0
+    if program is None:
+        program, compile_s = _compiled(member, p, x0_chunk)
+    out = jax.block_until_ready(program(member, p, x0_chunk))
+    return {k: np.asarray(v) for k, v in out.items()}, program, compile_s
+
+
+def assemble(pieces: dict, *, batch: int, chunk: int, t1, wall_s, compile_s, devices, members=None,
+             conserved=None, interrupted=False, workers=0) -> SweepResult:
+    """The :class:`SweepResult` of the finished chunks ``pieces`` (chunk index -> metrics of
+    its real members), in member order."""
+    order = sorted(pieces)
+    table = {k: np.concatenate([pieces[n][k] for n in order]) for k in pieces[order[0]]}
+    index = np.concatenate([np.arange(n * chunk, min((n + 1) * chunk, batch)) for n in order])
+    members, conserved = list(members or []), list(conserved or [])
+    return SweepResult(table=table, batch=len(index), t1=float(t1), wall_s=wall_s, compile_s=compile_s,
+                       devices=devices, chunks=len(order),
+                       members=[members[i] for i in index] if members else [],
+                       conserved=[conserved[i] for i in index] if conserved else [],
+                       requested=batch, interrupted=interrupted,
+                       index=None if len(index) == batch else [int(i) for i in index], workers=workers)
+
+
 def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,
           saveat=1001, chunk=None, devices=None, max_violation=1.0, flat_tol_deg=1.0,
-          progress=False, members=None, conserved=None, stop=None) -> SweepResult:
+          progress=False, members=None, conserved=None, stop=None, done=None, on_chunk=None) -> SweepResult:
     """Simulate ``system`` for every member of ``params_batch`` (its params pytree with a
     leading batch axis on every array leaf) and optional ``x0_batch (B, nx)``; see module
     docstring. ``chunk``: members per compiled call (default :func:`default_chunk`). ``devices``: ``None``
@@ -319,64 +392,57 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
     :meth:`SweepResult.statuses`). ``stop()``: checked after every chunk; when it returns
     True the sweep ends there and the result holds the members finished so far
     (``interrupted``, ``requested`` the batch asked for).
+    ``done``: chunks finished earlier (chunk index -> metrics of its real members, as
+    :mod:`diffmb.sweep_store` reads them back), not run again; ``on_chunk(n, metrics)`` is
+    called as chunk ``n`` finishes (the store writes it then). Chunk ``n`` holds members
+    ``n * chunk`` up to ``(n + 1) * chunk`` (:func:`chunk_members`).
     """
     dyn, static = eqx.partition(params_batch, eqx.is_array)
     B = _batch_size(dyn, x0_batch)
     devs = _devices(devices)
     nd = len(devs)
-    chunk = default_chunk(devs) if chunk is None else int(chunk)
-    if chunk < 1:
-        raise ValueError(f"chunk must be positive, got {chunk}")
-    chunk = min(chunk, B)
-    chunk = int(math.ceil(chunk / nd) * nd)  # each device gets an equal share
-    settings = RunSettings(t1=float(t1), dt=dt, solver=solver, rtol=float(rtol), atol=float(atol),
-                           saveat=int(saveat),
-                           max_violation=None if max_violation is None else float(max_violation))
-    member = _Member(system=system, settings=settings, flat_tol=math.radians(flat_tol_deg),
-                     with_x0=x0_batch is not None)
+    chunk = chunk_size(B, default_chunk(devs) if chunk is None else int(chunk), nd)
+    member = member_runner(system, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol, saveat=saveat,
+                           max_violation=max_violation, flat_tol_deg=flat_tol_deg, with_x0=x0_batch is not None)
     x0 = x0_batch if x0_batch is not None else jnp.zeros((B, 1))
     sharding = None
     if nd > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         sharding = NamedSharding(Mesh(np.array(devs), ("batch",)), PartitionSpec("batch"))
-    starts = list(range(0, B, chunk))
+    pieces = dict(done or {})
+    todo = [n for n in range(n_chunks(B, chunk)) if n not in pieces]
     bar = None
-    if progress and len(starts) > 1:
+    if progress and len(todo) > 1:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=B, desc="sweep", unit="member")
-    pieces, wall, compile_s = [], 0.0, 0.0
+        bar = tqdm(total=B, initial=B - sum(int(chunk_members(n, chunk, B)[1].sum()) for n in todo),
+                   desc="sweep", unit="member")
+    program, wall, compile_s = None, 0.0, 0.0
     interrupted = False
-    for n, s in enumerate(starts):
-        if n and stop is not None and stop():
+    for k, n in enumerate(todo):
+        if k and stop is not None and stop():
             interrupted = True
             break
-        idx = np.arange(s, s + chunk)
-        real = idx < B
-        idx = np.where(real, idx, B - 1)  # pad the last chunk with copies of the last member
-        p = eqx.combine(_take(dyn, idx), static)
-        xc = x0[idx]
+        idx, real = chunk_members(n, chunk, B)
+        dc, xc = _take(dyn, idx), x0[idx]
         if sharding is not None:
-            p = eqx.combine(jax.device_put(_take(dyn, idx), sharding), static)
-            xc = jax.device_put(xc, sharding)
-        if n == 0:
-            run_chunk, compile_s = _compiled(member, p, xc)
+            dc, xc = jax.device_put(dc, sharding), jax.device_put(xc, sharding)
         tic = time.perf_counter()
-        out = jax.block_until_ready(run_chunk(member, p, xc))
-        wall += time.perf_counter() - tic
-        pieces.append({k: np.asarray(v)[real] for k, v in out.items()})
+        out, program, took = run_chunk(program, member, static, dc, xc)
+        wall += time.perf_counter() - tic - took
+        compile_s += took
+        pieces[n] = {k: v[real] for k, v in out.items()}
+        if on_chunk is not None:
+            on_chunk(n, pieces[n])
         if bar is not None:
             bar.update(int(real.sum()))
     if bar is not None:
         bar.close()
     if not interrupted and stop is not None and stop():
-        interrupted = len(pieces) < len(starts)
-    table = {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
-    done = len(table["status"])
-    return SweepResult(table=table, batch=done, t1=float(t1), wall_s=wall, compile_s=compile_s,
-                       devices=nd, chunks=len(pieces), members=list(members or [])[:done],
-                       conserved=list(conserved or [])[:done], requested=B, interrupted=interrupted)
+        interrupted = len(pieces) < n_chunks(B, chunk)
+    return assemble(pieces, batch=B, chunk=chunk, t1=t1, wall_s=wall, compile_s=compile_s, devices=nd,
+                    members=members, conserved=conserved, interrupted=interrupted)
 
 
 SAMPLES = ("linspace", "grid", "random")

@@ -3,18 +3,27 @@
 ``--set NAME=lo:hi`` spreads NAME over the batch (``--sample linspace``: all ranged names
 move together from lo to hi, which is said on stderr when there are several; ``grid``:
 every combination, ``NAME=lo:hi:n`` points per axis; ``random``: independent uniform
-draws), ``--set NAME=v`` fixes it."""
+draws), ``--set NAME=v`` fixes it.
+
+``--workers N`` runs the chunks on N local worker processes, ``--address HOST:PORT`` on a
+running Dask cluster (:mod:`diffmb.distributed`); ``--table DIR`` writes every finished
+chunk to a Parquet store (:mod:`diffmb.sweep_store`) that ``--resume`` continues, running
+only the chunks it lacks; ``--plot FILE`` draws ``--metric`` over the swept parameters
+(:mod:`diffmb.sweep_report`). Workers and the store need the ``cluster`` extra."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 from pathlib import Path
 
-from .. import scenarios
-from ..batch import METRICS, conserved_by_member, member_values, scenario_batch, sweep
-from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, design_args, emit, interrupts,
-                      one_line_errors, parse_sets, stop_if_interrupted, run_settings)
+from .. import _config, scenarios, sweep_report, sweep_store
+from ..batch import (METRICS, _devices, chunk_members, chunk_size, conserved_by_member, default_chunk,
+                     member_values, n_chunks, scenario_batch, sweep)
+from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, check_plot, design_args, emit,
+                      interrupts, one_line_errors, parse_sets, stop_if_interrupted, run_settings, write_json)
 
 
 def add_parser(sub):
@@ -30,6 +39,19 @@ def add_parser(sub):
     w.add_argument("--chunk", type=int, metavar="N", help="members per compiled call (default 32 on a CPU, 8192 per GPU)")
     w.add_argument("--devices", default=None, metavar="all|N", help="shard over devices")
     w.add_argument("--csv", type=Path, metavar="PATH", help="write the per-member table as CSV")
+    w.add_argument("--workers", type=int, metavar="N",
+                   help="run the chunks on N local worker processes (Dask; pip install 'diffmb[cluster]')")
+    w.add_argument("--address", metavar="HOST:PORT", help="run the chunks on the Dask cluster whose scheduler is there")
+    w.add_argument("--table", type=Path, metavar="DIR",
+                   help="write each finished chunk's members to DIR as Parquet (the resume store; "
+                        "DIR/members.parquet when complete)")
+    w.add_argument("--resume", action="store_true",
+                   help="continue the sweep in --table DIR: run only its missing chunks (refused when "
+                        "the settings differ)")
+    w.add_argument("--plot", type=Path, metavar="FILE",
+                   help="a heat map of --metric over a 2-D grid's axes, else a scatter matrix")
+    w.add_argument("--metric", metavar="NAME", help="the metric --plot shows (default: time_to_final, "
+                                                     "else the first one measured)")
 
 
 def _ranges(sets):
@@ -54,10 +76,50 @@ def ranges_all_counted(args) -> bool:
     return bool(ranges) and all(len(r) == 3 for r in ranges.values())
 
 
+def _engine(args):
+    """``{"workers": N}`` / ``{"address": A}`` for :func:`diffmb.distributed.sweep`, or None
+    (this process); checked before any work."""
+    if args.workers is None and args.address is None:
+        return None
+    flag = "--workers" if args.workers is not None else "--address"
+    if args.workers is not None and args.address is not None:
+        raise UsageError("--workers starts local workers, --address joins a running cluster: give one")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.devices is not None:
+        raise UsageError(f"{flag}: each worker runs on its own default device; drop --devices "
+                         f"(start one worker per device)")
+    from .. import distributed
+
+    try:
+        distributed.require(flag)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    return {"workers": args.workers} if args.workers is not None else {"address": args.address}
+
+
+def store_settings(sc, args, st, ranges, fixed, members, chunk) -> dict:
+    """What decides a sweep's numbers, as the store keeps it (``--resume`` compares it)."""
+    digest = hashlib.sha1(json.dumps(members, sort_keys=True).encode()).hexdigest()
+    return {"scenario": sc.name, "stabilization": args.stabilization, "fixed": fixed,
+            "ranges": {k: list(r) for k, r in ranges.items()}, "sample": args.sample, "seed": args.seed,
+            "batch": len(members), "members_sha1": digest, **st, "chunk": chunk,
+            "chunks": n_chunks(len(members), chunk), "dtype": "float32" if _config.FLOAT32 else "float64"}
+
+
 @one_line_errors
 def main(args) -> int:
     check_outputs(json_path=args.json, files=[("--csv", args.csv)])
-    check_kept(args, "--csv")
+    check_kept(args, "--csv", "--table")
+    if args.resume and args.table is None:
+        raise UsageError("--resume continues the sweep kept in --table DIR; give --table DIR")
+    for flag, path in (("--table", args.table), ("--plot", args.plot)):
+        if path is not None:
+            try:
+                sweep_store.require_pyarrow(flag) if flag == "--table" else check_plot(flag, path)
+            except ImportError as e:
+                raise UsageError(str(e)) from None
+    engine = _engine(args)
     sc = scenarios.get(args.scenario)
     st = run_settings(args, sc)
     if args.batch is not None and args.batch < 1:
@@ -69,23 +131,99 @@ def main(args) -> int:
         sc.resolve({**fixed, **{k: r[end] for k, r in ranges.items()}})
     fixed = {k: float(v) for k, v in fixed.items()}
     members = member_values(ranges, fixed, args.batch, sample=args.sample, seed=args.seed)
+    if args.metric is not None and (args.metric == "status" or args.metric not in METRICS):
+        raise UsageError(f"--metric {args.metric}: one of {', '.join(k for k in METRICS if k != 'status')}")
+    if args.plot is not None and not ranges:
+        raise UsageError("--plot draws a metric over the swept parameters: give a range, --set NAME=lo:hi")
     if len(ranges) > 1 and args.sample == "linspace" and not args.quiet:
         print(f"diffmb: {', '.join(ranges)} vary together along the diagonal of their ranges "
               f"(--sample grid for every combination)", file=sys.stderr)
-    system, params = scenario_batch(sc, members, args.stabilization)
     devices = args.devices
     if devices not in (None, "all"):
         try:
             devices = int(devices)
         except ValueError:
             raise UsageError(f"--devices: 'all' or a count, got {devices!r}") from None
+    conserved = conserved_by_member(sc, members)
+    done, on_chunk = {}, None
+    if args.table is not None:
+        chunk = args.chunk
+        held = sweep_store.read_meta(args.table) if args.resume else None
+        if chunk is None and held is not None and isinstance(held.get("settings", {}).get("chunk"), int):
+            chunk = held["settings"]["chunk"]  # --resume without --chunk takes the store's
+        devs = _devices(devices if engine is None else None)
+        chunk = chunk_size(len(members), default_chunk(devs) if chunk is None else chunk,
+                           len(devs) if engine is None else 1)
+        args.chunk = chunk
+        settings = store_settings(sc, args, st, ranges, fixed, members, chunk)
+        if args.resume and held is None and not args.quiet:
+            print(f"diffmb: --resume: no sweep in {args.table}; starting fresh", file=sys.stderr)
+        done = sweep_store.open_store(args.table, settings, resume=args.resume)
+        if done and not args.quiet:
+            print(f"diffmb: resuming {args.table}: {len(done)} of {settings['chunks']} chunks finished, "
+                  f"running the other {settings['chunks'] - len(done)}", file=sys.stderr)
+
+        def on_chunk(n, metrics):
+            idx, real = chunk_members(n, chunk, len(members))
+            idx = idx[real]
+            sweep_store.write_chunk(args.table, n, sweep_store.chunk_columns(
+                idx, metrics, [members[i] for i in idx], [conserved[i] for i in idx]))
+    system, params = scenario_batch(sc, members, args.stabilization)
     stop_if_interrupted()
     with interrupts() as interrupted:
-        res = sweep(system, params, chunk=args.chunk, devices=devices, progress=not args.quiet,
-                    members=members, conserved=conserved_by_member(sc, members), stop=interrupted, **st)
-    if args.csv is not None:
+        if engine is None:
+            res = sweep(system, params, chunk=args.chunk, devices=devices, progress=not args.quiet,
+                        members=members, conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
+                        **st)
+        else:
+            from .. import distributed
+
+            res = distributed.sweep(system, params, chunk=args.chunk, progress=not args.quiet, members=members,
+                                    conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
+                                    **engine, **st)
+    if args.csv is not None and res.batch:
         res.write_csv(args.csv)
-    obj = {"scenario": sc.name, **res.to_json()}
+    cols = sweep_report.columns(res)
+    report = sweep_report.summary(cols, swept=list(ranges))
+    if args.table is not None and not res.interrupted:
+        sweep_store.consolidate(args.table)
+    if args.table is not None:
+        write_json(args.table / "summary.json", {"scenario": sc.name, "requested": res.requested,
+                                                 "finished": res.batch, **report})
+    plotted = None
+    if args.plot is not None and res.batch:
+        metric = sweep_report.pick_metric(cols, args.metric)
+        plotted = sweep_report.plot(cols, args.plot, swept=list(ranges), metric=metric,
+                                    grid=args.sample == "grid", title=f"{sc.name}: {metric}")
+    obj = {"scenario": sc.name, **res.to_json(), "flagged": report["flagged"]}
+    lines = _table_lines(res) if res.batch else []
+    where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} device(s)"
+    lines.append(f"{res.batch} members x {res.t1:g} s in {res.wall_s:.3g} s on {where} "
+                 f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second")
+    counts = ", ".join(f"{n} {k}" for k, n in report["status_counts"].items() if n)
+    flagged = report["flagged"]
+    lines.append(f"status: {counts}" + ("" if flagged else "; no member diverged or is suspect"))
+    for f in flagged[:20]:
+        values = ", ".join(f"{k}={v:.6g}" for k, v in f.items() if k not in ("member", "status"))
+        lines.append(f"  member {f['member']}: {f['status']}" + (f" ({values})" if values else ""))
+    if len(flagged) > 20:
+        lines.append(f"  ... {len(flagged) - 20} more" + (f" (all in {args.table / 'summary.json'})"
+                                                          if args.table is not None else ""))
+    if plotted is not None:
+        lines.append(f"plot: {plotted}")
+    if args.table is not None:
+        lines.append(f"table: {args.table / (sweep_store.MEMBERS if not res.interrupted else sweep_store.PARTS)}")
+    emit(args, obj, lines)
+    if res.interrupted:
+        kept = " and ".join(str(p) for p in (args.csv, args.json, args.table) if p is not None)
+        print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
+              + (f", kept in {kept}" if kept else ", printed above")
+              + ("; continue with --resume" if args.table is not None else ""), file=sys.stderr)
+        return INTERRUPTED
+    return 0
+
+
+def _table_lines(res):
     rows = res.rows()
     keys, empty = _shown(rows)
     head = "  ".join(f"{k:>14}" for k in keys)
@@ -96,19 +234,7 @@ def main(args) -> int:
     if empty:
         lines.append(f"  not shown, NaN for every member: {', '.join(empty)} "
                      f"({'; '.join(_why(k) for k in empty)})")
-    lines.append(f"{res.batch} members x {res.t1:g} s in {res.wall_s:.3g} s on {res.devices} device(s) "
-                 f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second")
-    counts = ", ".join(f"{n} {k}" for k, n in res.status_counts.items() if n)
-    bad = res.diverged()
-    lines.append(f"status: {counts}" + (f"; diverged members: {bad[:20]}{' ...' if len(bad) > 20 else ''}"
-                                        if bad else "; no member diverged"))
-    emit(args, obj, lines)
-    if res.interrupted:
-        kept = " and ".join(str(p) for p in (args.csv, args.json) if p is not None)
-        print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
-              + (f", kept in {kept}" if kept else ", printed above"), file=sys.stderr)
-        return INTERRUPTED
-    return 0
+    return lines
 
 
 def _shown(rows):

@@ -1,0 +1,222 @@
+"""Sweeps over worker processes and hosts with Dask distributed.
+
+:func:`sweep` runs :func:`diffmb.batch.sweep`'s chunks as Dask tasks: each task is one
+chunk (:func:`diffmb.batch.chunk_members`: members ``n * chunk`` up to ``(n + 1) *
+chunk``, the last padded), run vmapped on the worker's own default device (CPU or GPU)
+with the same compiled program the one-process sweep uses, so a sweep on any number of
+workers equals the one-process sweep member for member (bit for bit on the same backend
+and dtype). What a task carries: the pickled per-member run (the System and the static
+part of the params, a few kB; unpickled and compiled once per worker process and kept for
+the sweep's later chunks) and its chunk's slice of the params.
+
+A worker that dies (a killed process, a lost node) loses only the chunk it was running:
+the scheduler hands that chunk to another worker, and the driver writes every chunk as it
+arrives (``on_chunk``, :mod:`diffmb.sweep_store`), so a driver that dies loses nothing
+finished either. At most ``2 x workers + 2`` chunks are queued at a time, so a sweep of
+a million members never holds its whole params on the scheduler, and Ctrl-C (``stop``)
+cancels only a few.
+
+``workers=N`` starts a local cluster of N single-threaded worker processes on
+127.0.0.1 for the sweep and stops it after; ``address="HOST:PORT"`` joins a running
+scheduler (``dask scheduler`` and ``dask worker`` on a cluster, see
+``docs/distributed-sweeps.md``). Needs the ``cluster`` extra (``pip install
+'diffmb[cluster]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import time
+import uuid
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _config
+from .batch import (_batch_size, _take, assemble, chunk_members, chunk_size, default_chunk, member_runner,
+                    n_chunks, run_chunk)
+
+EXTRA = "cluster"
+
+#: Per worker process: the sweeps it has run chunks of (token -> (member, static,
+#: compiled program)); the two most recent are kept.
+_PROGRAMS: dict = {}
+
+
+def require(flag: str = "--workers"):
+    """Import Dask distributed, or raise ImportError in one line saying which extra brings it."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ImportError(f"{flag} runs the sweep on Dask distributed, which is not installed: "
+                          f"pip install 'diffmb[{EXTRA}]'") from None
+
+
+def _dtype():
+    return "float32" if _config.FLOAT32 else "float64"
+
+
+def worker_chunk() -> int:
+    """Run on a worker: its default members per compiled call (:func:`default_chunk`)."""
+    return default_chunk([jax.devices()[0]])
+
+
+def _run_task(token, job, dtype, dyn_chunk, x0_chunk):
+    """One chunk on a worker: ``(metrics, compile_s, run_s, worker id)``."""
+    if dtype != _dtype():
+        raise ValueError(f"this worker computes in {_dtype()}, the sweep in {dtype}: start the workers "
+                         f"with the driver's DIFFMB_FLOAT32 setting")
+    entry = _PROGRAMS.get(token)
+    if entry is None:
+        import pickle
+
+        member, static = pickle.loads(job)
+        entry = [member, static, None]
+        while len(_PROGRAMS) >= 2:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        _PROGRAMS[token] = entry
+    tic = time.perf_counter()
+    out, entry[2], compile_s = run_chunk(entry[2], entry[0], entry[1], dyn_chunk, x0_chunk)
+    return out, compile_s, time.perf_counter() - tic - compile_s, _worker_id()
+
+
+def _worker_id():
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return "local"
+
+
+def local_cluster(workers: int):
+    """A Dask cluster of ``workers`` single-threaded worker processes on 127.0.0.1 (no
+    dashboard, no memory limit: a worker's compiled programs are its working set)."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address=None, memory_limit=0, silence_logs=logging.ERROR)
+
+
+def connect(address: str):
+    """A Dask client of the scheduler at ``HOST:PORT`` (or a full ``tcp://`` address)."""
+    from distributed import Client
+
+    return Client(address if "://" in address else f"tcp://{address}", timeout="30s")
+
+
+def sweep(system, params_batch, *, t1, workers=None, address=None, client=None, dt=None, solver="rk4",
+          rtol=1e-8, atol=1e-10, x0_batch=None, saveat=1001, chunk=None, max_violation=1.0,
+          flat_tol_deg=1.0, progress=False, members=None, conserved=None, stop=None, done=None,
+          on_chunk=None, poll_s=0.2):
+    """:func:`diffmb.batch.sweep` over Dask workers: ``workers`` local processes, or the
+    cluster at ``address``, or an open ``client``. Same members, chunks and result; the
+    result's ``workers`` counts the worker processes that ran chunks, ``compile_s`` is the
+    longest compile of any worker and ``wall_s`` the elapsed time less that (the workers
+    compile at the same time). ``chunk`` defaults to a worker's :func:`default_chunk`.
+    ``done``/``on_chunk``/``stop`` as for :func:`diffmb.batch.sweep`; ``stop`` is checked
+    every ``poll_s`` seconds, and on True the queued chunks are cancelled."""
+    require()
+    if sum(x is not None for x in (workers, address, client)) != 1:
+        raise ValueError("give one of workers, address or client")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    cluster = None
+    if client is None:
+        if address is not None:
+            client = connect(address)
+        else:
+            from distributed import Client
+
+            cluster = local_cluster(int(workers))
+            client = Client(cluster)
+    try:
+        return _sweep(client, system, params_batch, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol,
+                      x0_batch=x0_batch, saveat=saveat, chunk=chunk, max_violation=max_violation,
+                      flat_tol_deg=flat_tol_deg, progress=progress, members=members, conserved=conserved,
+                      stop=stop, done=done, on_chunk=on_chunk, poll_s=poll_s)
+    finally:
+        if cluster is not None or address is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch, saveat, chunk,
+           max_violation, flat_tol_deg, progress, members, conserved, stop, done, on_chunk, poll_s):
+    import cloudpickle
+    from distributed import wait
+
+    dyn, static = eqx.partition(params_batch, eqx.is_array)
+    B = _batch_size(dyn, x0_batch)
+    if chunk is None:
+        chunk = client.submit(worker_chunk, pure=False).result()
+    chunk = chunk_size(B, int(chunk))
+    member = member_runner(system, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol, saveat=saveat,
+                           max_violation=max_violation, flat_tol_deg=flat_tol_deg,
+                           with_x0=x0_batch is not None)
+    job = cloudpickle.dumps((member, static))
+    token = hashlib.sha1(job).hexdigest()[:16]
+    run = uuid.uuid4().hex[:8]
+    dyn_np = jax.tree_util.tree_map(np.asarray, dyn)
+    x0 = np.asarray(jnp.zeros((B, 1)) if x0_batch is None else x0_batch)
+    pieces = dict(done or {})
+    todo = iter([n for n in range(n_chunks(B, chunk)) if n not in pieces])
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=B, initial=sum(len(p["status"]) for p in pieces.values()), desc="sweep", unit="member")
+    pending, seen, compile_s = {}, set(), 0.0
+
+    def submit():
+        n = next(todo, None)
+        if n is None:
+            return False
+        idx, _ = chunk_members(n, chunk, B)
+        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx],
+                          key=f"diffmb-chunk-{run}-{n}", pure=False)
+        pending[f] = n
+        return True
+
+    client.run(importlib.import_module, __name__)  # every worker imports JAX and diffmb before the clock starts
+    tic = time.perf_counter()
+    interrupted = False
+    try:
+        while True:
+            window = 2 * max(len(client.scheduler_info().get("workers", {})), 1) + 2
+            while len(pending) < window and submit():
+                pass
+            if not pending:
+                break
+            if stop is not None and stop():
+                interrupted = True
+                break
+            try:
+                finished = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                continue
+            for f in finished:
+                n = pending.pop(f)
+                out, took, _, worker = f.result()  # a chunk that raised raises here
+                compile_s = max(compile_s, took)
+                seen.add(worker)
+                real = chunk_members(n, chunk, B)[1]
+                pieces[n] = {k: v[real] for k, v in out.items()}
+                if on_chunk is not None:
+                    on_chunk(n, pieces[n])
+                if bar is not None:
+                    bar.update(int(real.sum()))
+    finally:
+        if pending:
+            client.cancel(list(pending))
+        if bar is not None:
+            bar.close()
+    elapsed = time.perf_counter() - tic
+    return assemble(pieces, batch=B, chunk=chunk, t1=t1, wall_s=max(elapsed - compile_s, 0.0),
+                    compile_s=compile_s, devices=max(len(seen), 1), members=members, conserved=conserved,
+                    interrupted=interrupted and len(pieces) < n_chunks(B, chunk), workers=len(seen))
