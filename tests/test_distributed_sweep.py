@@ -4,7 +4,7 @@ the finished chunks, and ``diffmb sweep --table DIR --resume`` runs only the mis
 chunks and refuses other settings. The cluster is two worker processes on 127.0.0.1,
 started here and stopped at the end; the pendulum over fractions of a second keeps every
 test within seconds on a 2-core machine (the workers read the session's compilation
-cache, see conftest)."""
+cache, see conftest). The dev extra installs the cluster extra: these tests never skip."""
 
 from __future__ import annotations
 
@@ -15,11 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("distributed")  # the dev extra installs it: CI runs these tests
-pytest.importorskip("pyarrow")
-
-from diffmb import cli, distributed, scenarios, sweep_store  # noqa: E402
-from diffmb.batch import conserved_by_member, member_values, scenario_batch, sweep  # noqa: E402
+from diffmb import cli, distributed, scenarios, sweep_store
+from diffmb.batch import conserved_by_member, member_values, scenario_batch, sweep
 
 RUN = scenarios.get("pendulum").run_settings(t1=0.3, dt=0.01)  # what the CLI runs below
 CHUNK, BATCH = 3, 17  # six chunks, the last padded with two copies

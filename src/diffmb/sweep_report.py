@@ -90,11 +90,18 @@ def plot(cols: dict, path, *, swept, metric: str, grid: bool, title: str = ""):
     return path
 
 
-def _heat_map(fig, cols, swept, z, metric):
+def grid_of(cols: dict, swept, z):
+    """``(xs, ys, Z)``: the two swept axes' values and ``z`` over them (``Z[i, j]`` at
+    ``xs[i]``, ``ys[j]``; NaN where no finished member sits)."""
     xs, ys = (np.unique(np.asarray(cols[k], float)) for k in swept)
-    grid = np.full((len(xs), len(ys)), np.nan)  # members not finished stay blank
+    grid = np.full((len(xs), len(ys)), np.nan)
     grid[np.searchsorted(xs, np.asarray(cols[swept[0]], float)),
          np.searchsorted(ys, np.asarray(cols[swept[1]], float))] = z
+    return xs, ys, grid
+
+
+def _heat_map(fig, cols, swept, z, metric):
+    xs, ys, grid = grid_of(cols, swept, z)
     ax = fig.add_subplot()
     mesh = ax.pcolormesh(_edges(ys), _edges(xs), np.ma.masked_invalid(grid), shading="flat")
     fig.colorbar(mesh, ax=ax, label=_label(metric))
