@@ -35,17 +35,24 @@ def pattern_of(run):
     return None
 
 
+def panel_origins(pattern) -> tuple[dict, dict, set]:
+    """``(outlines, origins, cut)``: each panel's outline in its body frame, its body
+    origin in the flat layout, and the cut creases' panel pairs."""
+    _, info = build(pattern, stabilization="none")
+    outlines = {name: np.asarray(v, float) for name, v in info.panel_outlines}
+    origin = {p.name: np.pad(np.asarray(p.vertices, float), ((0, 0), (0, 3)))[0, :3] - outlines[p.name][0]
+              for p in pattern.panels}
+    return outlines, origin, {frozenset(pair) for pair in info.pairs}
+
+
 def crease_layout(pattern):
     """``(outlines, cut, creases)``: body name -> ``(k, 3)`` outline in its frame, the cut
     creases' panel pairs, and every crease as ``(a, b, p1_a, p2_a, p1_b, p2_b, cut)`` with
     its end points in panel ``a``'s and panel ``b``'s frames."""
-    _, info = build(pattern, stabilization="none")
-    outlines = {name: np.asarray(v, float) for name, v in info.panel_outlines}
-    origin = {p.name: np.asarray(p.vertices, float)[0] - outlines[p.name][0] for p in pattern.panels}
-    cut = {frozenset(pair) for pair in info.pairs}
+    outlines, origin, cut = panel_origins(pattern)
     creases = []
     for c in pattern.creases:
-        p1, p2 = np.asarray(c.p1, float), np.asarray(c.p2, float)
+        p1, p2 = (np.pad(np.asarray(p, float), (0, 3))[:3] for p in (c.p1, c.p2))
         creases.append((c.a, c.b, p1 - origin[c.a], p2 - origin[c.a], p1 - origin[c.b], p2 - origin[c.b],
                         frozenset((c.a, c.b)) in cut))
     return outlines, cut, creases
@@ -91,7 +98,6 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     links = []
     for a, b, p1a, p2a, p1b, p2b, is_cut in creases:
         if is_cut:
-            links.append({"a": index[a], "pa": p1a.tolist(), "b": index[b], "pb": p1b.tolist(), "kind": "cut-gap"})
             geometry[index[a]]["segments"].append({"p": [p1a.tolist(), p2a.tolist()], "kind": "cut"})
             geometry[index[b]]["segments"].append({"p": [p1b.tolist(), p2b.tolist()], "kind": "cut"})
         else:
