@@ -58,14 +58,19 @@ def main(args) -> int:
     check_outputs(files=[("--out", out), ("--fold", args.fold), ("--gltf", args.gltf), ("--obj", args.obj)])
     run = saved.load(args.run)
     scene = viewer.scene_of(run, fps, max_frames)
+    if args.fold is not None and scene.kind != "origami":
+        raise UsageError(f"--fold {args.fold}: {args.run} is not an origami run (scenario {run.name!r}); "
+                         f"a FOLD file holds crease patterns")
+    if args.gltf is not None or args.obj is not None:
+        from ..viewer import mesh
+
+        mesh.frame_at(scene, args.at)  # an --at outside the run is refused before any file is written
     files = [write(scene, out)]
     if args.fold is not None:
         from ..viewer.fold_frames import write_fold_frames
 
         files.append(write_fold_frames(run, args.fold, fps=fps, max_frames=max_frames))
     if args.gltf is not None or args.obj is not None:
-        from ..viewer import mesh
-
         for path, writer in ((args.gltf, mesh.write_gltf), (args.obj, mesh.write_obj)):
             if path is not None:
                 files.append(writer(scene, path, args.at))
