@@ -1,0 +1,238 @@
+"""``diffmb view``: scenes, the page, FOLD frames, glTF / OBJ, the command (no browser;
+the browser tests are in test_viewer_browser.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from diffmb.cli import main as cli
+from diffmb.origami.animate import panel_polygons
+from diffmb.origami.fold import load_fold
+from diffmb.viewer import mesh, saved, scene_of
+from diffmb.viewer.bodies import inertia_box
+from diffmb.viewer.frames import rotate
+from diffmb.viewer.page import asset, render
+from diffmb.viewer.scene import dcm_to_quat, frame_indices
+from viewer_runs import arm_run, fold_run, save_run, tbar_run
+
+#: sha256 of the vendored three.js 0.159.0 build/three.min.js (npm pack three@0.159.0)
+THREE_SHA256 = "7b1c5d75b28d9de15042e2b374f83566d8c7146697af8fdeb4558b0fb528a585"
+#: the 2x2 map folded along its vertical line only (rigidly foldable: the closure holds)
+VERTICAL = {"start": [0.2, 0.0, 0.0], "end": [0.95 * math.pi, 0.0, 0.0]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("viewer")
+    return {"fold": fold_run(d / "fold-4panel.npz"), "arm": arm_run(d), "tbar": tbar_run(d / "tbar.npz"),
+            "vertical": fold_run(d / "vertical.npz", n=21, target=VERTICAL), "dir": d}
+
+
+@pytest.fixture(scope="module")
+def fold(runs):
+    run = saved.load(runs["fold"])
+    return run, scene_of(run)
+
+
+def test_quaternions_are_the_body_to_world_rotations():
+    R = Rotation.random(50, random_state=1)
+    q = dcm_to_quat(np.transpose(R.as_matrix(), (0, 2, 1)))  # DCMs [body world] = R^T
+    ref = R.as_quat()
+    assert np.allclose(np.abs(np.einsum("ij,ij->i", q, ref)), 1.0, atol=1e-12)
+    v = np.random.default_rng(0).normal(size=(50, 3))
+    assert np.allclose(rotate(q, v), R.apply(v), atol=1e-12)
+
+
+def test_frames_are_decimated_to_the_display_rate():
+    ts = np.linspace(0.0, 10.0, 10_001)
+    idx = frame_indices(ts, fps=25, max_frames=1000)
+    assert len(idx) == 251 and idx[0] == 0 and idx[-1] == len(ts) - 1
+    assert np.allclose(np.diff(ts[idx]), 0.04)
+    assert len(frame_indices(ts, fps=25, max_frames=100)) == 100
+    assert list(frame_indices(np.array([0.0, 0.5, 1.0]), fps=100, max_frames=400)) == [0, 1, 2]
+
+
+def test_origami_scene_puts_the_panels_where_the_tree_does(fold):
+    run, sc = fold
+    assert sc.kind == "origami" and sc.body_names == ["r", "j", "m", "l"] and sc.hub == 0
+    assert [g["role"] for g in sc.geometry] == ["hub", "panel", "panel", "panel"]
+    assert all(len(g["polygons"]) == 1 and len(g["polygons"][0]) == 4 for g in sc.geometry)
+    kinds = [s["kind"] for g in sc.geometry for s in g["segments"]]
+    assert kinds.count("crease") == 3 and kinds.count("cut") == 2  # the cut crease, on both panels
+    assert sc.poses.dtype == np.float32 and sc.poses.shape == (len(sc.times), 4, 7)
+    ts, polys = panel_polygons(run.system, run.traj, _outlines(run), max_frames=len(sc.times))
+    assert np.allclose(ts, sc.times, atol=1e-6)
+    for f in range(len(ts)):
+        for b, g in enumerate(sc.geometry):
+            P = np.asarray(g["polygons"][0])
+            world = sc.poses[f, b, :3] + rotate(np.broadcast_to(sc.poses[f, b, 3:].astype(float), (len(P), 4)), P)
+            assert np.allclose(world, polys[f][b], atol=1e-5)
+
+
+def _outlines(run):
+    from diffmb.scenarios.origami import outlines
+
+    return outlines(run.name, run.values)
+
+
+def test_origami_quantities(fold, runs):
+    run, sc = fold
+    q = {x.name: x for x in sc.quantities}
+    assert set(q) == {"hinge angle", "hinge rate", "closure violation (cut-crease gap)", "hinge energy"}
+    xs = np.asarray(run.traj.xs)[frame_indices(np.asarray(run.traj.ts))]
+    angles = q["hinge angle"].values
+    assert np.all(np.isnan(angles[:, 0]))  # the hub has no hinge
+    assert np.allclose(angles[:, 1:], np.degrees(xs[:, 6:9]))
+    assert np.allclose(q["hinge energy"].values[:, 1:], 0.5 * 0.1 * xs[:, 6:9] ** 2)  # K = 0.1
+    assert q["closure violation (cut-crease gap)"].values.max() > 0.1  # all hinges at once: does not close
+    vertical = scene_of(saved.load(runs["vertical"]))
+    gap = {x.name: x for x in vertical.quantities}["closure violation (cut-crease gap)"].values
+    assert gap.max() < 1e-9
+
+
+def test_tree_scene_places_the_urdf_visuals(runs):
+    sc = scene_of(saved.load(runs["arm"]))
+    assert sc.body_names == ["upper", "fore"] and sc.kind == "bodies"
+    upper, fore = (g["primitives"] for g in sc.geometry)
+    assert [p["type"] for p in upper] == ["box"] and np.allclose(upper[0]["size"], [0.5, 0.05, 0.05])
+    assert np.allclose(upper[0]["pos"], [0.25, 0, 0])
+    assert [p["type"] for p in fore] == ["cylinder", "sphere"]  # the tool link, merged by its fixed joint
+    assert np.allclose(fore[1]["pos"], [0.4, 0, 0]) and np.allclose(fore[0]["size"], [0.025, 0.4])
+    axis = rotate(np.asarray(fore[0]["quat"]), np.array([0.0, 0.0, 1.0]))
+    assert np.allclose(np.abs(axis), [1, 0, 0], atol=1e-6)  # rpy pitch 90 deg: along the link
+    assert [(link["a"], link["b"]) for link in sc.links] == [(0, 1)]
+
+
+def test_tensegrity_members_carry_their_axial_force(runs):
+    run = saved.load(runs["tbar"])
+    sc = scene_of(run)
+    assert sc.kind == "tensegrity" and [link["kind"] for link in sc.links] == ["bar"] * 2 + ["string"] * 4
+    force = sc.quantities[0].values
+    assert np.all(np.isnan(force[:, :2]))  # rigid bars: a constraint force, not kept
+    N = sc.poses[..., :3].astype(float)
+    for k, (i, j) in enumerate(run.system.strings):
+        stretch = np.linalg.norm(N[:, j] - N[:, i], axis=-1) - run.params["string_rest"][k]
+        assert np.allclose(force[:, 2 + k], run.params["string_K"][k] * np.maximum(stretch, 0), atol=1e-3)
+    assert np.ptp(force[:, 2:]) > 1.0
+
+
+def test_uniform_box_from_inertia():
+    sides, axes = inertia_box(2.0, np.diag([2.0 / 12 * (0.2**2 + 0.3**2), 2.0 / 12 * (0.1**2 + 0.3**2),
+                                             2.0 / 12 * (0.1**2 + 0.2**2)]))
+    assert sorted(np.round(sides, 9)) == [0.1, 0.2, 0.3] and np.isclose(np.linalg.det(axes), 1.0)
+    assert inertia_box(1.0, np.diag([1.0, 1.0, 0.0])) is None  # a rod: no box
+
+
+def test_page_is_self_contained(fold):
+    _, sc = fold
+    text = render(sc)
+    assert not re.search(r"<(script|img|iframe)[^>]*\ssrc=|<link\b", text, re.I)
+    assert "three.js 0.159.0" in text and "MIT" in asset("THREE_LICENSE")
+    data = json.loads(re.search(r'<script type="application/json" id="diffmb-data">(.*?)</script>', text,
+                                re.S).group(1))
+    poses = np.frombuffer(base64.b64decode(data["poses"]["b64"]), "<f4").reshape(data["poses"]["shape"])
+    assert np.array_equal(poses, sc.poses)
+    assert hashlib.sha256(asset("three.min.js").encode()).hexdigest() == THREE_SHA256
+
+
+def test_fold_frames_round_trip(runs, tmp_path):
+    out = tmp_path / "vertical.fold"
+    assert cli(["view", str(runs["vertical"]), "--out", str(tmp_path / "v.html"), "--fold", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert load_fold(data).panels.__len__() == 4  # frame 0: the crease pattern, which diffmb reloads
+    run = saved.load(runs["vertical"])
+    pick = frame_indices(np.asarray(run.traj.ts))
+    ts, xs = np.asarray(run.traj.ts)[pick], np.asarray(run.traj.xs)[pick]
+    frames = data["file_frames"]
+    assert len(frames) == len(ts) and all(f["frame_inherit"] and f["frame_parent"] == 0 for f in frames)
+    edges = [tuple(e) for e in data["edges_vertices"]]
+    faces = data["faces_vertices"]
+    for f, fr in enumerate(frames):
+        assert fr["diffmb:time"] == pytest.approx(ts[f])
+        V = np.asarray(fr["vertices_coords"])
+        angles = np.asarray(fr["edges_foldAngle"])
+        folded = sorted(a for a, s in zip(angles, data["edges_assignment"]) if s != "B")
+        theta_j = math.degrees(xs[f, 6])
+        assert folded == pytest.approx(sorted([theta_j, theta_j, 0.0, 0.0]), abs=1e-6)  # cut crease = r-j
+        for e, a in zip(edges, angles):  # each angle as the 3-D coordinates fold it
+            adjacent = [k for k, face in enumerate(faces) if set(e) <= set(face)]
+            if len(adjacent) != 2:
+                continue
+            na, nb = (_normal(V[faces[k]]) for k in adjacent)
+            assert math.degrees(math.acos(np.clip(na @ nb, -1, 1))) == pytest.approx(abs(a), abs=1e-4)
+
+
+def _normal(P):
+    n = np.cross(P[1] - P[0], P[2] - P[0])
+    return n / np.linalg.norm(n)
+
+
+def test_gltf_and_obj_of_a_frame(runs, tmp_path):
+    sc = scene_of(saved.load(runs["arm"]))
+    g = mesh.gltf(sc, 0.5)
+    f = mesh.frame_at(sc, 0.5)
+    blob = base64.b64decode(g["buffers"][0]["uri"].split(",", 1)[1])
+    assert len(blob) == g["buffers"][0]["byteLength"]
+    obj = mesh.write_obj(sc, tmp_path / "arm.obj", 0.5).read_text().splitlines()
+    obj_v = np.array([[float(x) for x in line.split()[1:]] for line in obj if line.startswith("v ")])
+    k = 0
+    for node in g["nodes"]:
+        if "mesh" not in node or node["name"] == "lines":
+            continue
+        acc = g["accessors"][g["meshes"][node["mesh"]]["primitives"][0]["attributes"]["POSITION"]]
+        view = g["bufferViews"][acc["bufferView"]]
+        V = np.frombuffer(blob, "<f4", acc["count"] * 3, view["byteOffset"]).reshape(-1, 3).astype(float)
+        W = np.asarray(node["translation"]) + Rotation.from_quat(node["rotation"]).apply(V)
+        assert np.allclose(W, obj_v[k:k + len(V)], atol=1e-5)
+        b = sc.body_names.index(node["name"])
+        assert np.allclose(node["translation"], sc.poses[f, b, :3], atol=1e-6)
+        k += len(V)
+    assert k > 0 and any(line.startswith("l ") for line in obj)
+
+
+def test_view_command(runs, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert cli(["view", str(runs["tbar"]), "--out", str(out)]) == 0
+    assert out.stat().st_size > 600_000 and "page.html" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing", ["nope.npz", "no such file"]),
+    ("junk", ["junk.npz", "not a diffmb trajectory"]),
+    ("unknown", ["unknown.npz", "'scenario'", "no-such-case"]),
+    ("png", ["--out", ".html"]),
+    ("fold-of-tbar", ["--fold", "not an origami run"]),
+    ("at", ["--at 9", "outside the run"]),
+])
+def test_view_bad_input_is_one_line(runs, tmp_path, capsys, case, words):
+    d = tmp_path
+    (d / "junk.npz").write_bytes(b"not a zip")
+    if case == "unknown":
+        from diffmb import scenarios
+
+        system, params, values = scenarios.get("pendulum").make({})
+        save_run(d / "unknown.npz", "no-such-case", system, np.zeros((2, len(system.state_names))), [0, 1],
+                 values, "none")
+    argv = {"missing": [str(d / "nope.npz")], "junk": [str(d / "junk.npz")], "unknown": [str(d / "unknown.npz")],
+            "png": [str(runs["tbar"]), "--out", str(d / "x.png")],
+            "fold-of-tbar": [str(runs["tbar"]), "--out", str(d / "t.html"), "--fold", str(d / "t.fold")],
+            "at": [str(runs["arm"]), "--out", str(d / "a.html"), "--obj", str(d / "a.obj"), "--at", "9"]}[case]
+    assert cli(["view"] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("diffmb: error:")
+    assert all(w in err for w in words), err
+    assert not (d / "t.html").exists() and not (d / "a.html").exists()
+
+
+def test_run_view_writes_the_page(tmp_path):
+    assert cli(["run", "pendulum", "--t1", "0.2", "--out", str(tmp_path), "--no-plot", "--quiet", "--view"]) == 0
+    page = (tmp_path / "pendulum.html").read_text()
+    assert "diffmb-data" in page and '"title":"pendulum"' in page
