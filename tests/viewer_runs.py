@@ -71,13 +71,14 @@ def fold_run(path, name="fold-4panel", t1=2.0, n=81, overrides=None, target=None
 
 
 def arm_run(folder, t1=1.0, n=51):
-    """A two-link URDF arm (box, cylinder, merged sphere tip) swinging both joints."""
+    """A two-link URDF arm (box, cylinder, merged sphere tip) swinging both joints (ending
+    elsewhere than it starts)."""
     urdf = folder / "arm2.urdf"
     urdf.write_text(ARM_URDF)
     sc = scenarios.get(str(urdf))
     system, params, values = sc.make({})
     ts = np.linspace(0.0, t1, n)
-    q = np.stack([1.2 * np.sin(2 * np.pi * ts / t1), 0.8 * np.sin(4 * np.pi * ts / t1)], 1)
+    q = np.stack([1.2 * np.sin(1.5 * np.pi * ts / t1), 0.8 * np.sin(3 * np.pi * ts / t1)], 1)
     qd = np.gradient(q, ts, axis=0)
     return save_run(folder / "arm2.npz", sc.name, system, np.concatenate([q, qd], 1), ts, values,
                     sc.stabilization, model=os.path.abspath(urdf))
@@ -91,6 +92,6 @@ def tbar_run(path, t1=1.0, n=51):
     ts = np.linspace(0.0, t1, n)
     n3 = 3 * system.n_nodes
     xs = np.repeat(x0[None], n, 0)
-    wave = np.sin(2 * np.pi * ts / t1)[:, None]
+    wave = np.sin(1.5 * np.pi * ts / t1)[:, None]
     xs[:, 0:n3:3] += 0.05 * wave * np.linspace(-1, 1, system.n_nodes)[None]
     return save_run(path, "tbar", system, xs, ts, values, sc.stabilization)

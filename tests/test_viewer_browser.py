@@ -1,0 +1,127 @@
+"""The viewer's pages in a real browser: headless Chromium (``.ci/run`` installs it when
+absent) driven by selenium. For fold-4panel, a URDF arm and the T-bar: the page opens
+offline, draws its first frame without console errors, the canvas is not blank, the
+legend and the time read out the expected values, and scrubbing to the end changes the
+picture. Screenshots go to ``out/viewer-tests/`` for a human to look at."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from browser import canvas_pixels, chromium_available, console_errors, open_page, wait_rendered
+from diffmb.viewer import saved, scene_of
+from diffmb.viewer.page import write
+from viewer_runs import arm_run, fold_run, tbar_run
+
+pytestmark = pytest.mark.skipif(not chromium_available(), reason="chromium / chromedriver not installed "
+                                "(.ci/run installs them)")
+
+SHOTS = Path(__file__).resolve().parents[1] / "out" / "viewer-tests"
+BACKGROUND = np.array([238, 240, 243])
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pages")
+    out = {}
+    for name, path in (("fold-4panel", fold_run(d / "fold-4panel.npz")), ("arm", arm_run(d)),
+                       ("tbar", tbar_run(d / "tbar.npz"))):
+        sc = scene_of(saved.load(path))
+        out[name] = (write(sc, d / f"{name}.html"), sc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def drv():
+    from browser import browser
+
+    with browser() as d:
+        yield d
+
+
+def _text(drv, id_):
+    return drv.execute_script(f"return document.getElementById('{id_}').textContent")
+
+
+def _changed(a, b) -> float:
+    return float(np.mean(np.any(a[..., :3] != b[..., :3], axis=-1)))
+
+
+def _until(check, message, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(message)
+
+
+def _shown(x: float) -> float:
+    """A value as the legend prints it (3 significant digits)."""
+    return float(f"{x:.3g}")
+
+
+@pytest.mark.parametrize("name", ["fold-4panel", "arm", "tbar"])
+def test_page_draws_scrubs_and_reads_out(pages, drv, name):
+    path, sc = pages[name]
+    open_page(drv, path)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    assert console_errors(drv) == []
+    start = canvas_pixels(drv)
+    drv.save_screenshot(str(SHOTS / f"{name}_start.png"))
+    drawn = np.any(np.abs(start[..., :3].astype(int) - BACKGROUND) > 8, axis=-1)
+    assert drawn.mean() > 0.02, "the canvas is (nearly) blank"
+    assert len(np.unique(start[..., :3].reshape(-1, 3), axis=0)) > 20
+    t1 = float(sc.times[-1])
+    assert _text(drv, "time-readout") == f"t = 0.000 s / {t1:.3f} s"
+    q = sc.quantities[0]
+    assert _text(drv, "legend-name") == f"{q.name} [{q.unit}]"
+    vals = q.values[np.isfinite(q.values)].astype(np.float32)
+    m = float(np.abs(vals).max()) if q.signed else float(vals.max())
+    lo = -m if q.signed else float(vals.min())
+    assert float(_text(drv, "legend-max")) == pytest.approx(_shown(m), rel=1e-6)
+    assert float(_text(drv, "legend-min")) == pytest.approx(_shown(lo), rel=1e-6)
+
+    before = drv.execute_script("return window.diffmbViewer.renders")
+    drv.execute_script("const s = document.getElementById('slider'); s.value = s.max;"
+                       "s.dispatchEvent(new Event('input'));")
+    wait_rendered(drv, before)
+    assert _text(drv, "time-readout") == f"t = {t1:.3f} s / {t1:.3f} s"
+    end = canvas_pixels(drv)
+    drv.save_screenshot(str(SHOTS / f"{name}_end.png"))
+    assert _changed(start, end) > 0.003, "scrubbing to the end did not change the picture"
+    assert console_errors(drv) == []
+
+
+def test_controls(pages, drv):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select
+
+    path, sc = pages["fold-4panel"]
+    open_page(drv, path)
+    Select(drv.find_element("id", "quantity")).select_by_visible_text("hinge energy")
+    energy = {q.name: q for q in sc.quantities}["hinge energy"].values
+    assert _text(drv, "legend-name") == "hinge energy [J]"
+    assert float(_text(drv, "legend-max")) == pytest.approx(_shown(float(np.nanmax(energy))), rel=1e-6)
+
+    drv.find_element("id", "play").click()
+    _until(lambda: drv.execute_script("return window.diffmbViewer.time()") > 0.0, "playing did not advance the time")
+    drv.find_element("id", "play").click()
+    _until(lambda: _text(drv, "play") == "Play", "the button did not pause")
+    t = drv.execute_script("return window.diffmbViewer.time()")
+    assert 0.0 < t <= float(sc.times[-1])
+
+    before = canvas_pixels(drv)
+    canvas = drv.find_element("css selector", "#view canvas")
+    n = drv.execute_script("return window.diffmbViewer.renders")
+    ActionChains(drv).move_to_element(canvas).click_and_hold().move_by_offset(120, 40).release().perform()
+    wait_rendered(drv, n)
+    assert _changed(before, canvas_pixels(drv)) > 0.01, "dragging did not orbit the view"
+    drv.find_element("id", "follow").click()
+    assert drv.execute_script("return document.getElementById('follow').checked")
+    drv.save_screenshot(str(SHOTS / "fold-4panel_orbit_energy.png"))
+    assert console_errors(drv) == []
