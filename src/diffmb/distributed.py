@@ -19,8 +19,9 @@ cancels only a few.
 ``workers=N`` starts a local cluster of N single-threaded worker processes on
 127.0.0.1 for the sweep and stops it after; ``address="HOST:PORT"`` joins a running
 scheduler (``dask scheduler`` and ``dask worker`` on a cluster, see
-``docs/distributed-sweeps.md``). Needs the ``cluster`` extra (``pip install
-'diffmb[cluster]'``).
+``docs/distributed-sweeps.md``). Local workers are spawned processes: a script that
+calls :func:`sweep` with ``workers`` needs the ``if __name__ == "__main__":`` guard.
+Needs the ``cluster`` extra (``pip install 'diffmb[cluster]'``).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def local_cluster(workers: int):
     from distributed import LocalCluster
 
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        dashboard_address=None, memory_limit=0, silence_logs=logging.ERROR)
+                        dashboard_address=None, worker_dashboard_address=None, memory_limit=0,
+                        silence_logs=logging.ERROR)
 
 
 def connect(address: str):
@@ -203,6 +205,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
             for f in finished:
                 n = pending.pop(f)
                 out, took, _, worker = f.result()  # a chunk that raised raises here
+                f.release()  # the worker may drop it now
                 compile_s = max(compile_s, took)
                 seen.add(worker)
                 real = chunk_members(n, chunk, B)[1]
