@@ -9,6 +9,7 @@ cache, see conftest). The dev extra installs the cluster extra: these tests neve
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -122,8 +123,9 @@ def test_resume_runs_only_the_missing_chunks_on_the_cluster(case, client, tmp_pa
     address = client.scheduler.address
     assert cli.main(ARGS + ["--table", str(table), "--resume", "--address", address, "--plot",
                             str(tmp_path / "p.png")]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "2 of 6 chunks finished, running the other 4" in err
+    assert re.search(r"11 members x 0.3 s in .* on [12] worker\(s\)", out) and "6 more read back from" in out
     assert {n: sweep_store.part_path(table, n).stat().st_mtime_ns for n in (0, 1)} == first
     cols = sweep_store.read_table(table)
     assert list(cols["member"]) == list(range(BATCH)) and (tmp_path / "p.png").stat().st_size > 0

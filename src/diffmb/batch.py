@@ -219,6 +219,8 @@ class SweepResult:
     index: list | None = None
     #: worker processes that ran chunks (0: this process, :mod:`diffmb.distributed`)
     workers: int = 0
+    #: members finished by an earlier run (``done``: read back, not run here)
+    resumed: int = 0
 
     def statuses(self) -> list:
         """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
@@ -234,8 +236,10 @@ class SweepResult:
 
     @property
     def throughput(self) -> float:
-        """Simulated seconds x members per wall second (compilation excluded)."""
-        return self.batch * self.t1 / max(self.wall_s, 1e-12)
+        """Simulated seconds x members per wall second (compilation excluded) of the
+        members run here (not those ``resumed``); NaN when none was."""
+        ran = self.batch - self.resumed
+        return ran * self.t1 / max(self.wall_s, 1e-12) if ran else math.nan
 
     @property
     def status_counts(self) -> dict:
@@ -274,7 +278,7 @@ class SweepResult:
     def to_json(self) -> dict:
         rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                 for r in self.rows()]
-        return {"batch": self.batch, "requested": self.requested or self.batch,
+        return {"batch": self.batch, "requested": self.requested or self.batch, "resumed": self.resumed,
                 "interrupted": self.interrupted, "t1": self.t1, "wall_s": self.wall_s, "compile_s": self.compile_s,
                 "devices": self.devices, "chunks": self.chunks,
                 "throughput_member_s_per_s": self.throughput, "status_counts": self.status_counts,
@@ -365,19 +369,24 @@ def run_chunk(program, member, static, dyn_chunk, x0_chunk):
 
 
 def assemble(pieces: dict, *, batch: int, chunk: int, t1, wall_s, compile_s, devices, members=None,
-             conserved=None, interrupted=False, workers=0) -> SweepResult:
+             conserved=None, interrupted=False, workers=0, resumed=()) -> SweepResult:
     """The :class:`SweepResult` of the finished chunks ``pieces`` (chunk index -> metrics of
-    its real members), in member order."""
+    its real members), in member order; ``resumed``: the chunks of them an earlier run
+    finished."""
     order = sorted(pieces)
-    table = {k: np.concatenate([pieces[n][k] for n in order]) for k in pieces[order[0]]}
-    index = np.concatenate([np.arange(n * chunk, min((n + 1) * chunk, batch)) for n in order])
+    if not order:  # stopped before any chunk came back
+        table, index = {"status": np.zeros(0, np.int32)}, np.zeros(0, int)
+    else:
+        table = {k: np.concatenate([pieces[n][k] for n in order]) for k in pieces[order[0]]}
+        index = np.concatenate([np.arange(n * chunk, min((n + 1) * chunk, batch)) for n in order])
     members, conserved = list(members or []), list(conserved or [])
     return SweepResult(table=table, batch=len(index), t1=float(t1), wall_s=wall_s, compile_s=compile_s,
                        devices=devices, chunks=len(order),
                        members=[members[i] for i in index] if members else [],
                        conserved=[conserved[i] for i in index] if conserved else [],
                        requested=batch, interrupted=interrupted,
-                       index=None if len(index) == batch else [int(i) for i in index], workers=workers)
+                       index=None if len(index) == batch else [int(i) for i in index], workers=workers,
+                       resumed=sum(len(pieces[n]["status"]) for n in resumed if n in pieces))
 
 
 def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,
@@ -442,7 +451,7 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
     if not interrupted and stop is not None and stop():
         interrupted = len(pieces) < n_chunks(B, chunk)
     return assemble(pieces, batch=B, chunk=chunk, t1=t1, wall_s=wall, compile_s=compile_s, devices=nd,
-                    members=members, conserved=conserved, interrupted=interrupted)
+                    members=members, conserved=conserved, interrupted=interrupted, resumed=list(done or ()))
 
 
 SAMPLES = ("linspace", "grid", "random")

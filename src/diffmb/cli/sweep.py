@@ -145,16 +145,14 @@ def main(args) -> int:
         except ValueError:
             raise UsageError(f"--devices: 'all' or a count, got {devices!r}") from None
     conserved = conserved_by_member(sc, members)
-    done, on_chunk = {}, None
+    done, on_chunk, chunk = {}, None, args.chunk
     if args.table is not None:
-        chunk = args.chunk
         held = sweep_store.read_meta(args.table) if args.resume else None
         if chunk is None and held is not None and isinstance(held.get("settings", {}).get("chunk"), int):
             chunk = held["settings"]["chunk"]  # --resume without --chunk takes the store's
         devs = _devices(devices if engine is None else None)
         chunk = chunk_size(len(members), default_chunk(devs) if chunk is None else chunk,
                            len(devs) if engine is None else 1)
-        args.chunk = chunk
         settings = store_settings(sc, args, st, ranges, fixed, members, chunk)
         if args.resume and held is None and not args.quiet:
             print(f"diffmb: --resume: no sweep in {args.table}; starting fresh", file=sys.stderr)
@@ -172,13 +170,13 @@ def main(args) -> int:
     stop_if_interrupted()
     with interrupts() as interrupted:
         if engine is None:
-            res = sweep(system, params, chunk=args.chunk, devices=devices, progress=not args.quiet,
+            res = sweep(system, params, chunk=chunk, devices=devices, progress=not args.quiet,
                         members=members, conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
                         **st)
         else:
             from .. import distributed
 
-            res = distributed.sweep(system, params, chunk=args.chunk, progress=not args.quiet, members=members,
+            res = distributed.sweep(system, params, chunk=chunk, progress=not args.quiet, members=members,
                                     conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
                                     **engine, **st)
     if args.csv is not None and res.batch:
@@ -198,8 +196,13 @@ def main(args) -> int:
     obj = {"scenario": sc.name, **res.to_json(), "flagged": report["flagged"]}
     lines = _table_lines(res) if res.batch else []
     where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} device(s)"
-    lines.append(f"{res.batch} members x {res.t1:g} s in {res.wall_s:.3g} s on {where} "
-                 f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second")
+    ran = res.batch - res.resumed
+    if ran:
+        lines.append(f"{ran} members x {res.t1:g} s in {res.wall_s:.3g} s on {where} "
+                     f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second"
+                     + (f"; {res.resumed} more read back from {args.table}" if res.resumed else ""))
+    else:
+        lines.append(f"{res.batch} members, all read back from {args.table}: nothing left to run")
     counts = ", ".join(f"{n} {k}" for k, n in report["status_counts"].items() if n)
     flagged = report["flagged"]
     lines.append(f"status: {counts}" + ("" if flagged else "; no member diverged or is suspect"))
