@@ -236,3 +236,15 @@ def test_run_view_writes_the_page(tmp_path):
     assert cli(["run", "pendulum", "--t1", "0.2", "--out", str(tmp_path), "--no-plot", "--quiet", "--view"]) == 0
     page = (tmp_path / "pendulum.html").read_text()
     assert "diffmb-data" in page and '"title":"pendulum"' in page
+
+
+def test_view_a_sweep_member(tmp_path, capsys):
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"scenario": "pendulum", "t1": 0.2, "batch": 2, "members": [
+        {"l": 0.5, "status": "success", "peak_hinge_rate": 4.3}, {"l": 0.8, "status": "success"}]}))
+    assert cli(["view", str(sweep), "--member", "1", "--quiet"]) == 0
+    run = saved.load(tmp_path / "sweep.member1_run" / "pendulum.npz")
+    assert run.values["l"] == 0.8 and run.meta["t1"] == 0.2
+    assert (tmp_path / "sweep.member1.html").exists()
+    assert cli(["view", str(sweep)]) == 2 and "--member" in capsys.readouterr().err
+    assert cli(["view", str(sweep), "--member", "2"]) == 2 and "members 0 to 1" in capsys.readouterr().err

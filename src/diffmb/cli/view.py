@@ -5,6 +5,10 @@ a time slider with the time, orbit/pan/zoom, follow-the-hub, colour by a quantit
 its legend and a synchronised plot, world axes, grid and scale bar. ``RUN.npz`` is what
 ``diffmb run`` writes; its scenario or model file is rebuilt from the metadata.
 
+A sweep keeps no trajectories: ``diffmb view SWEEP.json --member K`` runs member ``K`` of a
+``diffmb sweep --json`` file again (its values, the sweep's horizon, the scenario's solver
+settings) into ``<page>_run/`` and shows it.
+
 Also: ``--fold FILE.fold`` (origami runs) the frames as a multi-frame FOLD file,
 ``--gltf FILE.gltf`` / ``--obj FILE.obj`` one frame (``--at T``, default the last) as a
 mesh. Bad input (a missing file, a file that is not a run, an unknown scenario in its
@@ -18,11 +22,20 @@ from pathlib import Path
 from ._common import UsageError, check_outputs, one_line_errors, positive
 
 
+def build_parser():
+    from . import build_parser as parser
+
+    return parser()
+
+
 def add_parser(sub):
     v = sub.add_parser("view", help="write a run as an interactive 3-D web page", description=(
         "Write RUN.npz (from diffmb run) as one self-contained HTML page (no network needed): "
         "3-D bodies over time with play, scrub, orbit, colour by a quantity."))
-    v.add_argument("run", metavar="RUN.npz", type=Path, help="a run written by diffmb run")
+    v.add_argument("run", metavar="RUN.npz", type=Path,
+                   help="a run written by diffmb run, or a sweep's --json with --member K")
+    v.add_argument("--member", type=int, metavar="K",
+                   help="with a sweep's JSON: show member K (0-based row), simulated again")
     v.add_argument("--out", type=Path, metavar="FILE.html", help="the page (default: RUN.html beside RUN.npz)")
     v.add_argument("--fps", type=float, default=None, metavar="N",
                    help="frames kept per simulated second (default 25; the page interpolates between them)")
@@ -34,6 +47,23 @@ def add_parser(sub):
     v.add_argument("--at", type=float, metavar="T", help="the time of the --gltf / --obj frame [s] "
                    "(default: the last frame)")
     v.add_argument("--quiet", action="store_true", help="print nothing")
+
+
+def _simulate_member(args, out: Path) -> Path:
+    """Run member ``--member`` of the sweep again (``diffmb run`` with its values, the
+    scenario's solver settings, the sweep's horizon) into ``<out stem>_run/``; its npz."""
+    from ..viewer.sweep_member import member
+    from . import run
+
+    name, values, t1 = member(args.run, args.member)
+    folder = out.with_name(out.stem + "_run")
+    argv = [name, "--out", str(folder), "--no-plot", "--quiet", "--discard"]
+    argv += [f"--set={k}={v!r}" for k, v in values.items()] + (["--t1", repr(t1)] if t1 else [])
+    parsed = build_parser().parse_args(["run"] + argv)
+    code = run.main(parsed)
+    if code not in (0, 1):
+        raise UsageError(f"--member {args.member}: running it again failed (exit code {code})")
+    return folder / f"{name}.npz"
 
 
 @one_line_errors
@@ -54,9 +84,14 @@ def main(args) -> int:
         raise UsageError("--at picks the frame of --gltf / --obj; give one of them")
     if not args.run.is_file():
         raise UsageError(f"{args.run}: no such file" if not args.run.exists() else f"{args.run}: not a file")
-    out = args.out if args.out is not None else args.run.with_suffix(".html")
+    is_sweep = args.run.suffix.lower() == ".json"
+    if is_sweep != (args.member is not None):
+        raise UsageError(f"{args.run}: give --member K to pick a member of a sweep's JSON" if is_sweep else
+                         "--member applies to a sweep's JSON (diffmb sweep --json), not to a run file")
+    default = args.run.with_suffix(f".member{args.member}.html" if is_sweep else ".html")
+    out = args.out if args.out is not None else default
     check_outputs(files=[("--out", out), ("--fold", args.fold), ("--gltf", args.gltf), ("--obj", args.obj)])
-    run = saved.load(args.run)
+    run = saved.load(_simulate_member(args, out) if is_sweep else args.run)
     scene = viewer.scene_of(run, fps, max_frames)
     if args.fold is not None and scene.kind != "origami":
         raise UsageError(f"--fold {args.fold}: {args.run} is not an origami run (scenario {run.name!r}); "
