@@ -131,7 +131,9 @@ def _scatter_matrix(fig, cols, swept, z, metric):
             ax = fig.add_subplot(n, n, i * n + j + 1)
             if i == j:
                 v = data[xj][np.isfinite(data[xj])]
-                ax.hist(v, bins=30, color="0.5") if v.size else None
+                if v.size:
+                    ax.hist(v, bins=30, color="0.5")
+                ax.set_yticks([])  # counts: the histogram's own scale, not the row's
             else:
                 sc = ax.scatter(data[xj], data[yi], c=colour, s=4, cmap="viridis", plotnonfinite=False)
             if i == n - 1:
