@@ -93,7 +93,7 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     poses = body_poses(run.system, run.params, xs)
     outlines, cut, creases = crease_layout(pattern)
     hub = index[pattern.root]
-    geometry = [{"polygons": [outlines[n].tolist()] if n in outlines else [], "segments": [],
+    geometry = [{"polygons": [_upward(outlines[n]).tolist()] if n in outlines else [], "segments": [],
                  "role": "hub" if i == hub else "panel"} for i, n in enumerate(names)]
     links = []
     for a, b, p1a, p2a, p1b, p2b, is_cut in creases:
@@ -128,6 +128,13 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
         info={"panels": len(outlines), "creases": len(creases), "cut creases": len(cut),
               "hub": pattern.root},
     )
+
+
+def _upward(outline: np.ndarray) -> np.ndarray:
+    """The outline counter-clockwise seen from the panel's ``+z``: its front face is the
+    side a valley fold closes (FOLD's convention), whatever order the pattern gave."""
+    x, y = outline[:, 0], outline[:, 1]
+    return outline if np.sum(x * np.roll(y, -1) - np.roll(x, -1) * y) >= 0 else outline[::-1]
 
 
 def _gaps(poses: np.ndarray, creases, index) -> np.ndarray:

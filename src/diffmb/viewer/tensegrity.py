@@ -1,4 +1,4 @@
-"""The scene of a tensegrity run: nodes as point bodies, bars and strings as lines.
+"""The scene of a tensegrity run: nodes as small spheres, bars and strings as lines.
 
 Each node is a body with no rotation; each bar and string a link between two nodes.
 Quantity: the member's axial force, tension positive: a string's ``K max(|s| - l0, 0)``
@@ -55,7 +55,10 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     links = ([{"a": int(i), "pa": [0, 0, 0], "b": int(j), "pb": [0, 0, 0], "kind": "bar"} for i, j in system.bars]
              + [{"a": int(i), "pa": [0, 0, 0], "b": int(j), "pb": [0, 0, 0], "kind": "string"}
                 for i, j in system.strings])
-    geometry = [{"polygons": [], "segments": [], "role": "node"} for _ in range(n)]
+    spread = float(np.ptp(nodes[0], axis=0).max()) or 1.0
+    geometry = [{"polygons": [], "segments": [], "role": "node",
+                 "primitives": [{"type": "sphere", "size": [0.012 * spread], "pos": [0, 0, 0], "quat": [0, 0, 0, 1]}]}
+                for _ in range(n)]
     notes = [] if system.compressible else [
         "Rigid bars: their compression is a constraint force the run does not keep; they are drawn dark."]
     return Scene(

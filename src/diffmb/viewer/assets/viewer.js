@@ -259,7 +259,7 @@
     const i = Math.min(stops.length - 2, Math.floor(u)), a = u - i;
     return stops[i].map((c, k) => c * (1 - a) + stops[i + 1][k] * a);
   }
-  const HUB = [0.3, 0.33, 0.4], PLAIN = [0.78, 0.8, 0.86];
+  const HUB = [0.3, 0.33, 0.4], PLAIN = [0.78, 0.8, 0.86], NODE = [0.25, 0.25, 0.3];
   let qi = quantities.length ? 0 : -1;
   let range = [0, 1];
 
@@ -280,8 +280,8 @@
     let mn = Infinity, mx = -Infinity;
     for (const v of q.data) if (isFinite(v)) { mn = Math.min(mn, v); mx = Math.max(mx, v); }
     if (!isFinite(mn)) { mn = 0; mx = 1; }
-    if (q.signed) { const m = Math.max(Math.abs(mn), Math.abs(mx), 1e-12); range = [-m, m]; }
-    else range = [mn, mx > mn ? mx : mn + 1e-12];
+    if (q.signed) { const m = Math.max(Math.abs(mn), Math.abs(mx)) || 1; range = [-m, m]; }
+    else range = [mn, mx > mn ? mx : mn + (Math.abs(mn) || 1)];
     $("legend").style.display = "";
     $("legend-name").textContent = `${q.name} [${q.unit}]`;
     $("legend-min").textContent = fmt(range[0]);
@@ -343,7 +343,7 @@
     for (let i = 0; i < nSeg; i++) transform(pose, segBody[i] * 7, segLocal[3 * i], segLocal[3 * i + 1], segLocal[3 * i + 2], segWorld, 3 * i);
     const q = qi >= 0 ? quantities[qi] : null;
     for (let b = 0; b < N; b++) {
-      let c = b === DATA.hub ? HUB : PLAIN;
+      let c = b === DATA.hub ? HUB : DATA.geometry[b].role === "node" ? NODE : PLAIN;
       if (q && q.target === "bodies") { const v = colourOf(valueAt(q, current, b), q); if (v && b !== DATA.hub) c = v; }
       bodyColor.set(c, 3 * b);
     }
