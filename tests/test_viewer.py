@@ -248,3 +248,31 @@ def test_view_a_sweep_member(tmp_path, capsys):
     assert (tmp_path / "sweep.member1.html").exists()
     assert cli(["view", str(sweep)]) == 2 and "--member" in capsys.readouterr().err
     assert cli(["view", str(sweep), "--member", "2"]) == 2 and "members 0 to 1" in capsys.readouterr().err
+
+
+def test_mjcf_geoms_become_primitives(tmp_path):
+    from diffmb.viewer.visuals import mjcf_visuals
+
+    xml = tmp_path / "arm.xml"
+    xml.write_text("""<mujoco><worldbody><body name="upper" pos="0 0 1">
+      <joint name="j1" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.03"/>
+      <geom type="box" size="0.1 0.05 0.02" pos="0 0 0.1" quat="0.7071068 0 0 0.7071068"/>
+      <body name="ball" pos="0.4 0 0"><joint name="j2" type="hinge"/><geom size="0.05"/></body>
+    </body></worldbody></mujoco>""")
+    found = mjcf_visuals(xml)
+    (cap, cap_size, cap_pos, cap_R), (box, box_size, box_pos, box_R) = found["upper"]
+    assert cap == "capsule" and np.allclose(cap_size, [0.03, 0.4]) and np.allclose(cap_pos, [0.2, 0, 0])
+    assert np.allclose(cap_R @ [0, 0, 1], [1, 0, 0])
+    assert box == "box" and np.allclose(box_size, [0.2, 0.1, 0.04]) and np.allclose(box_R @ [1, 0, 0], [0, 1, 0], atol=1e-6)
+    assert found["ball"][0][0] == "sphere" and np.allclose(found["ball"][0][1], [0.05])
+
+
+@pytest.mark.slow
+def test_a_real_origami_run_closes_and_views(tmp_path):
+    assert cli(["run", "fold-4panel", "--t1", "0.5", "--out", str(tmp_path), "--no-plot", "--quiet", "--view"]) == 0
+    run = saved.load(tmp_path / "fold-4panel.npz")
+    sc = scene_of(run)
+    gap = {q.name: q for q in sc.quantities}["closure violation (cut-crease gap)"].values
+    assert np.nanmax(gap) < 1e-8  # the simulated fold keeps its loop closed
+    assert (tmp_path / "fold-4panel.html").stat().st_size > 600_000

@@ -87,7 +87,7 @@ def mjcf_visuals(path) -> dict:
     for body in ET.parse(path).getroot().iter("body"):
         for g in body.findall("geom"):
             kind = g.get("type", "sphere")
-            size = _floats(g.get("size"), 3, [0, 0, 0]) if g.get("size") else np.zeros(3)
+            size = np.pad([float(v) for v in (g.get("size") or "").split()][:3], (0, 3))[:3]
             pos = _floats(g.get("pos"), 3, [0, 0, 0])
             R = _quat_wxyz(_floats(g.get("quat"), 4, [1, 0, 0, 0]))
             if g.get("fromto") and kind in ("capsule", "cylinder", "box"):
