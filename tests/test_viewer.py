@@ -276,3 +276,27 @@ def test_a_real_origami_run_closes_and_views(tmp_path):
     gap = {q.name: q for q in sc.quantities}["closure violation (cut-crease gap)"].values
     assert np.nanmax(gap) < 1e-8  # the simulated fold keeps its loop closed
     assert (tmp_path / "fold-4panel.html").stat().st_size > 600_000
+
+
+def test_flexible_bodies_deflect_by_their_modes(tmp_path):
+    from diffmb import scenarios
+    from diffmb.scenarios.flexible_spacecraft import sail_modal
+
+    sc = scenarios.get("solar-sail-slew")
+    system, params, values = sc.make({})
+    x0 = np.asarray(system.init_state(params), float)
+    ts = np.linspace(0.0, 1.0, 11)
+    xs = np.repeat(x0[None], len(ts), 0)
+    eta1 = list(system.state_names).index("sail_eta1")
+    xs[:, eta1] = 0.1 * ts
+    xs[:, list(system.state_names).index("sail_x")] = 2.0 * ts
+    path = save_run(tmp_path / "sail.npz", "solar-sail-slew", system, xs, ts, values, sc.stabilization)
+    s = scene_of(saved.load(path))
+    assert s.kind == "flexible" and s.body_names == ["sail"]
+    phi = sail_modal(values).phi[:, :, 0]
+    assert np.allclose(s.quantities[0].values[:, 0], 0.1 * ts * np.linalg.norm(phi, axis=1).max(), rtol=1e-6)
+    assert np.allclose(s.poses[:, 0, 0], 2.0 * ts, atol=1e-6)
+    flex = s.geometry[0]["flex"]
+    assert len(flex["nodes"]) == 49 and len(flex["edges"]) == 48  # four booms of 12 elements from the hub
+    eta = np.frombuffer(base64.b64decode(flex["eta"]["b64"]), "<f4").reshape(flex["eta"]["shape"])
+    assert np.allclose(eta[:, 0], 0.1 * ts, atol=1e-7)

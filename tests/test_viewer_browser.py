@@ -2,7 +2,7 @@
 absent) driven by selenium. For fold-4panel, a URDF arm and the T-bar: the page opens
 offline, draws its first frame without console errors, the canvas is not blank, the
 legend and the time read out the expected values, and scrubbing to the end changes the
-picture. Screenshots go to ``out/viewer-tests/`` for a human to look at."""
+picture (and the same for a flexible solar sail). Screenshots go to ``out/viewer-tests/`` for a human to look at."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from browser import canvas_pixels, chromium_available, console_errors, open_page, wait_rendered
 from diffmb.viewer import saved, scene_of
 from diffmb.viewer.page import write
-from viewer_runs import arm_run, fold_run, tbar_run
+from viewer_runs import arm_run, fold_run, sail_run, tbar_run
 
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="chromium / chromedriver not installed "
                                 "(.ci/run installs them)")
@@ -29,7 +29,7 @@ def pages(tmp_path_factory):
     d = tmp_path_factory.mktemp("pages")
     out = {}
     for name, path in (("fold-4panel", fold_run(d / "fold-4panel.npz")), ("arm", arm_run(d)),
-                       ("tbar", tbar_run(d / "tbar.npz"))):
+                       ("tbar", tbar_run(d / "tbar.npz")), ("sail", sail_run(d / "sail.npz"))):
         sc = scene_of(saved.load(path))
         out[name] = (write(sc, d / f"{name}.html"), sc)
     return out
@@ -65,7 +65,7 @@ def _shown(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-@pytest.mark.parametrize("name", ["fold-4panel", "arm", "tbar"])
+@pytest.mark.parametrize("name", ["fold-4panel", "arm", "tbar", "sail"])
 def test_page_draws_scrubs_and_reads_out(pages, drv, name):
     path, sc = pages[name]
     open_page(drv, path)

@@ -95,3 +95,16 @@ def tbar_run(path, t1=1.0, n=51):
     wave = np.sin(1.5 * np.pi * ts / t1)[:, None]
     xs[:, 0:n3:3] += 0.05 * wave * np.linspace(-1, 1, system.n_nodes)[None]
     return save_run(path, "tbar", system, xs, ts, values, sc.stabilization)
+
+
+def sail_run(path, t1=1.0, n=21):
+    """The solar sail (one flexible body) drifting along x while its first mode grows."""
+    sc = scenarios.get("solar-sail-slew")
+    system, params, values = sc.make({})
+    x0 = np.asarray(system.init_state(params), float)
+    ts = np.linspace(0.0, t1, n)
+    xs = np.repeat(x0[None], n, 0)
+    names = list(system.state_names)
+    xs[:, names.index("sail_eta1")] = 0.1 * ts / t1
+    xs[:, names.index("sail_sigma3")] = 0.2 * ts / t1
+    return save_run(path, "solar-sail-slew", system, xs, ts, values, sc.stabilization)

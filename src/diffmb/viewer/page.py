@@ -27,6 +27,8 @@ _BODY = """<div id="view"></div>
     <div id="legend-ticks"><span id="legend-min"></span><span id="legend-mid"></span><span id="legend-max"></span></div></div>
   <canvas id="plot" width="302" height="110"></canvas>
   <label id="follow-label"><input type="checkbox" id="follow"> follow the hub</label>
+  <label id="deflect-label">deflection x <select id="deflect"><option value="1" selected>1</option>
+    <option value="10">10</option><option value="100">100</option></select></label>
   <button id="reset">reset view</button>
   <div id="help">drag: orbit; right-drag or shift-drag: pan; wheel: zoom; click the plot to seek</div>
   <div id="info"></div>

@@ -78,7 +78,7 @@
   const seg = { pos: [], body: [], color: [] };
   const SEG_COLORS = { crease: [0.15, 0.15, 0.15], cut: [0.85, 0.1, 0.1], edge: [0.35, 0.35, 0.4],
     skeleton: [0.2, 0.2, 0.2], axis_x: [0.85, 0.1, 0.1], axis_y: [0.1, 0.6, 0.1], axis_z: [0.1, 0.2, 0.85],
-    bar: [0.2, 0.2, 0.2], string: [0.1, 0.45, 0.8] };
+    bar: [0.2, 0.2, 0.2], string: [0.1, 0.45, 0.8], flex: [0.1, 0.1, 0.15] };
 
   function newell(poly) {
     const n = new THREE.Vector3();
@@ -133,6 +133,15 @@
     (g.primitives || []).forEach((pr) => addPrimitive(b, pr));
     (g.segments || []).forEach((s) => addSegment(b, s.p[0], s.p[1], s.kind));
   });
+  const flex = [];
+  DATA.geometry.forEach((g, b) => {
+    if (!g.flex) return;
+    const f = { body: b, nodes: g.flex.nodes, phi: unpack(g.flex.phi), eta: unpack(g.flex.eta),
+      n: g.flex.eta.shape[1], first: seg.body.length, edges: g.flex.edges };
+    f.edges.forEach(([i, j]) => addSegment(b, f.nodes[i], f.nodes[j], "flex"));
+    flex.push(f);
+  });
+  let deflect = 1;
   const linkStart = seg.body.length;
   const links = DATA.links.filter((l) => l.kind !== "cut-gap");
   links.forEach((l) => {
@@ -333,7 +342,28 @@
   // ------------------------------------------------------------------ one frame
   let current = T0;
   const bodyColor = new Float32Array(N * 3);
+  function bend() {
+    if (!flex.length) return;
+    const [fi, a] = frameAt(current);
+    const fj = Math.min(fi + 1, F - 1);
+    for (const f of flex) {
+      const K = f.nodes.length, n = f.n, eta = new Float64Array(n), p = new Float64Array(3 * K);
+      for (let m = 0; m < n; m++) eta[m] = deflect * (f.eta[fi * n + m] * (1 - a) + f.eta[fj * n + m] * a);
+      for (let k = 0; k < K; k++) for (let c = 0; c < 3; c++) {
+        let v = f.nodes[k][c];
+        const row = (3 * k + c) * n;
+        for (let m = 0; m < n; m++) v += f.phi[row + m] * eta[m];
+        p[3 * k + c] = v;
+      }
+      f.edges.forEach(([i, j], e) => {
+        const o = 3 * (f.first + 2 * e);
+        for (let c = 0; c < 3; c++) { segLocal[o + c] = p[3 * i + c]; segLocal[o + 3 + c] = p[3 * j + c]; }
+      });
+    }
+  }
+
   function update() {
+    bend();
     const pose = posesAt(current);
     for (let i = 0; i < nTri; i++) {
       const o = triBody[i] * 7;
@@ -390,6 +420,8 @@
   $("quantity").addEventListener("change", (e) => { setQuantity(parseInt(e.target.value, 10)); update(); });
   $("reset").addEventListener("click", () => { Object.assign(orbit, { target: home.target.clone(), radius: home.radius, theta: home.theta, phi: home.phi }); orbit.offset.set(0, 0, 0); follow = false; $("follow").checked = false; update(); dirty = true; });
   if (DATA.hub === null) $("follow-label").style.display = "none";
+  if (!flex.length) $("deflect-label").style.display = "none";
+  $("deflect").addEventListener("change", (e) => { deflect = parseFloat(e.target.value); update(); dirty = true; });
   quantities.forEach((q, i) => { const o = document.createElement("option"); o.value = String(i); o.textContent = q.name; $("quantity").appendChild(o); });
   const none = document.createElement("option"); none.value = "-1"; none.textContent = "none (plain)"; $("quantity").appendChild(none);
 
