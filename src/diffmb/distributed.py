@@ -26,11 +26,14 @@ Needs the ``cluster`` extra (``pip install 'diffmb[cluster]'``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import logging
 import time
 import uuid
+import warnings
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -66,8 +69,21 @@ def worker_chunk() -> int:
     return default_chunk([jax.devices()[0]])
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """A digest of this process's diffmb source files (read once per process, when first
+    asked): a worker whose diffmb differs from the driver's unpickles the System into other
+    classes."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha1()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _run_task(token, job, dtype, dyn_chunk, x0_chunk):
-    """One chunk on a worker: ``(metrics, compile_s, run_s, worker id)``."""
+    """One chunk on a worker: ``(metrics, compile_s, run_s, worker id, its diffmb's
+    code_fingerprint)``."""
     if dtype != _dtype():
         raise ValueError(f"this worker computes in {_dtype()}, the sweep in {dtype}: start the workers "
                          f"with the driver's DIFFMB_FLOAT32 setting")
@@ -82,7 +98,7 @@ def _run_task(token, job, dtype, dyn_chunk, x0_chunk):
         _PROGRAMS[token] = entry
     tic = time.perf_counter()
     out, entry[2], compile_s = run_chunk(entry[2], entry[0], entry[1], dyn_chunk, x0_chunk)
-    return out, compile_s, time.perf_counter() - tic - compile_s, _worker_id()
+    return out, compile_s, time.perf_counter() - tic - compile_s, _worker_id(), code_fingerprint()
 
 
 def _worker_id():
@@ -163,7 +179,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
                            with_x0=x0_batch is not None)
     job = cloudpickle.dumps((member, static))
     token = hashlib.sha1(job).hexdigest()[:16]
-    run = uuid.uuid4().hex[:8]
+    run, code = uuid.uuid4().hex[:8], code_fingerprint()
     dyn_np = jax.tree_util.tree_map(np.asarray, dyn)
     x0 = np.asarray(jnp.zeros((B, 1)) if x0_batch is None else x0_batch)
     pieces = dict(done or {})
@@ -173,7 +189,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
         from tqdm.auto import tqdm
 
         bar = tqdm(total=B, initial=sum(len(p["status"]) for p in pieces.values()), desc="sweep", unit="member")
-    pending, seen, compile_s = {}, set(), 0.0
+    pending, seen, other, compile_s = {}, set(), set(), 0.0
 
     def submit():
         n = next(todo, None)
@@ -204,8 +220,13 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
                 continue
             for f in finished:
                 n = pending.pop(f)
-                out, took, _, worker = f.result()  # a chunk that raised raises here
+                out, took, _, worker, theirs = f.result()  # a chunk that raised raises here
                 f.release()  # the worker may drop it now
+                if theirs != code and theirs not in other:
+                    other.add(theirs)
+                    warnings.warn(f"worker {worker} runs other diffmb source files ({theirs}) than this "
+                                  f"process ({code}): install the same diffmb everywhere, or its numbers "
+                                  f"may differ", stacklevel=2)
                 compile_s = max(compile_s, took)
                 seen.add(worker)
                 real = chunk_members(n, chunk, B)[1]
