@@ -242,10 +242,12 @@ def test_view_a_sweep_member(tmp_path, capsys):
     sweep = tmp_path / "sweep.json"
     sweep.write_text(json.dumps({"scenario": "pendulum", "t1": 0.2, "batch": 2, "members": [
         {"l": 0.5, "status": "success", "peak_hinge_rate": 4.3}, {"l": 0.8, "status": "success"}]}))
-    assert cli(["view", str(sweep), "--member", "1", "--quiet"]) == 0
-    run = saved.load(tmp_path / "sweep.member1_run" / "pendulum.npz")
-    assert run.values["l"] == 0.8 and run.meta["t1"] == 0.2
-    assert (tmp_path / "sweep.member1.html").exists()
+    assert cli(["view", str(sweep), "--member", "1,0", "--quiet"]) == 0
+    for k, length in ((0, 0.5), (1, 0.8)):
+        run = saved.load(tmp_path / "sweep.member1-0_run" / f"member{k}" / "pendulum.npz")
+        assert run.values["l"] == length and run.meta["t1"] == 0.2
+    page = (tmp_path / "sweep.member1-0.html").read_text()
+    assert '"bodies":["member 1: link1","member 0: link1"]' in page
     assert cli(["view", str(sweep)]) == 2 and "--member" in capsys.readouterr().err
     assert cli(["view", str(sweep), "--member", "2"]) == 2 and "members 0 to 1" in capsys.readouterr().err
 
@@ -300,3 +302,18 @@ def test_flexible_bodies_deflect_by_their_modes(tmp_path):
     assert len(flex["nodes"]) == 49 and len(flex["edges"]) == 48  # four booms of 12 elements from the hub
     eta = np.frombuffer(base64.b64decode(flex["eta"]["b64"]), "<f4").reshape(flex["eta"]["shape"])
     assert np.allclose(eta[:, 0], 0.1 * ts, atol=1e-7)
+
+
+def test_members_side_by_side(runs, fold):
+    from diffmb.viewer.compose import extent, side_by_side
+
+    _, a = fold
+    b = scene_of(saved.load(runs["vertical"]))
+    both = side_by_side([a, b], ["A", "B"], "two")
+    step = 1.25 * max(extent(a), extent(b))
+    assert both.body_names[:4] == ["A: r", "A: j", "A: m", "A: l"] and both.body_names[4] == "B: r"
+    assert both.poses.shape == (len(a.times), 8, 7)
+    pick = np.clip(np.searchsorted(b.times, a.times - 1e-9), 0, len(b.times) - 1)
+    assert np.allclose(both.poses[:, 4:, 1], b.poses[pick, :, 1] + step, atol=1e-5)
+    assert np.allclose(both.poses[:, :4], a.poses)
+    assert [q.values.shape[1] for q in both.quantities] == [8] * 4

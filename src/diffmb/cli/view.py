@@ -7,7 +7,7 @@ its legend and a synchronised plot, world axes, grid and scale bar. ``RUN.npz`` 
 
 A sweep keeps no trajectories: ``diffmb view SWEEP.json --member K`` runs member ``K`` of a
 ``diffmb sweep --json`` file again (its values, the sweep's horizon, the scenario's solver
-settings) into ``<page>_run/`` and shows it.
+settings) into ``<page>_run/`` and shows it; ``--member K,L,M`` shows a few side by side.
 
 Also: ``--fold FILE.fold`` (origami runs) the frames as a multi-frame FOLD file,
 ``--gltf FILE.gltf`` / ``--obj FILE.obj`` one frame (``--at T``, default the last) as a
@@ -34,8 +34,9 @@ def add_parser(sub):
         "3-D bodies over time with play, scrub, orbit, colour by a quantity."))
     v.add_argument("run", metavar="RUN.npz", type=Path,
                    help="a run written by diffmb run, or a sweep's --json with --member K")
-    v.add_argument("--member", type=int, metavar="K",
-                   help="with a sweep's JSON: show member K (0-based row), simulated again")
+    v.add_argument("--member", metavar="K[,K...]",
+                   help="with a sweep's JSON: show member K (0-based row), simulated again; "
+                        "several (K,L,M: at most 6) side by side")
     v.add_argument("--out", type=Path, metavar="FILE.html", help="the page (default: RUN.html beside RUN.npz)")
     v.add_argument("--fps", type=float, default=None, metavar="N",
                    help="frames kept per simulated second (default 25; the page interpolates between them)")
@@ -49,20 +50,33 @@ def add_parser(sub):
     v.add_argument("--quiet", action="store_true", help="print nothing")
 
 
-def _simulate_member(args, out: Path) -> Path:
-    """Run member ``--member`` of the sweep again (``diffmb run`` with its values, the
-    scenario's solver settings, the sweep's horizon) into ``<out stem>_run/``; its npz."""
+MAX_MEMBERS = 6
+
+
+def _members(text: str) -> list:
+    try:
+        ks = [int(k) for k in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--member {text}: expected a row number or numbers separated by commas") from None
+    if not 1 <= len(ks) <= MAX_MEMBERS or len(set(ks)) != len(ks):
+        raise UsageError(f"--member {text}: give 1 to {MAX_MEMBERS} different rows")
+    return ks
+
+
+def _simulate_member(args, out: Path, k: int) -> Path:
+    """Run member ``k`` of the sweep again (``diffmb run`` with its values, the scenario's
+    solver settings, the sweep's horizon) into ``<out stem>_run/member<k>/``; its npz."""
     from ..viewer.sweep_member import member
     from . import run
 
-    name, values, t1 = member(args.run, args.member)
-    folder = out.with_name(out.stem + "_run")
+    name, values, t1 = member(args.run, k)
+    folder = out.with_name(out.stem + "_run") / f"member{k}"
     argv = [name, "--out", str(folder), "--no-plot", "--quiet", "--discard"]
     argv += [f"--set={k}={v!r}" for k, v in values.items()] + (["--t1", repr(t1)] if t1 else [])
     parsed = build_parser().parse_args(["run"] + argv)
     code = run.main(parsed)
     if code not in (0, 1):
-        raise UsageError(f"--member {args.member}: running it again failed (exit code {code})")
+        raise UsageError(f"--member {k}: running it again failed (exit code {code})")
     return folder / f"{name}.npz"
 
 
@@ -88,11 +102,22 @@ def main(args) -> int:
     if is_sweep != (args.member is not None):
         raise UsageError(f"{args.run}: give --member K to pick a member of a sweep's JSON" if is_sweep else
                          "--member applies to a sweep's JSON (diffmb sweep --json), not to a run file")
-    default = args.run.with_suffix(f".member{args.member}.html" if is_sweep else ".html")
+    ks = _members(args.member) if is_sweep else []
+    if len(ks) > 1 and args.fold is not None:
+        raise UsageError(f"--fold {args.fold}: a FOLD file holds one member; give one --member")
+    tag = "-".join(str(k) for k in ks)
+    default = args.run.with_suffix(f".member{tag}.html" if is_sweep else ".html")
     out = args.out if args.out is not None else default
     check_outputs(files=[("--out", out), ("--fold", args.fold), ("--gltf", args.gltf), ("--obj", args.obj)])
-    run = saved.load(_simulate_member(args, out) if is_sweep else args.run)
-    scene = viewer.scene_of(run, fps, max_frames)
+    runs = [saved.load(_simulate_member(args, out, k)) for k in ks] if is_sweep else [saved.load(args.run)]
+    scenes = [viewer.scene_of(r, fps, max_frames) for r in runs]
+    run = runs[0]
+    if len(scenes) > 1:
+        from ..viewer.compose import side_by_side
+
+        scene = side_by_side(scenes, [f"member {k}" for k in ks], f"{args.run.stem}: members {', '.join(map(str, ks))}")
+    else:
+        scene = scenes[0]
     if args.fold is not None and scene.kind != "origami":
         raise UsageError(f"--fold {args.fold}: {args.run} is not an origami run (scenario {run.name!r}); "
                          f"a FOLD file holds crease patterns")

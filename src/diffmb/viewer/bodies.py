@@ -7,7 +7,8 @@ What each body shows, first that applies:
   ``<geom>`` box / sphere / cylinder / capsule) on the body of the same name
   (:mod:`.visuals`);
 * Udwadia-Kalaba modules: the uniform box of the body's mass and inertia;
-* a link-frame skeleton: the body's axes, and a line from its parent's origin to its own.
+* a link-frame skeleton: the body's axes, a line from its parent's origin to its own and
+  one from its origin to its centre of mass.
 
 Quantities: for trees, the revolute joints' angle and rate on the body each one moves;
 for every model, each body's speed.
@@ -35,6 +36,14 @@ def inertia_box(mass: float, inertia: np.ndarray):
     if np.linalg.det(v) < 0:
         v[:, 2] = -v[:, 2]
     return np.sqrt(sq).tolist(), v
+
+
+def _coms(system, n: int) -> np.ndarray:
+    """Each body's centre of mass in its frame (tree-like systems; zeros otherwise)."""
+    models = [system.model] if hasattr(system, "model") else list(getattr(system, "models", ()))
+    coms = [np.asarray(m.com, float) for m in models if hasattr(m, "com")]
+    out = np.concatenate(coms) if coms else np.zeros((0, 3))
+    return out if len(out) == n else np.zeros((n, 3))
 
 
 def _parents(system) -> list:
@@ -77,8 +86,13 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
                 geometry[i]["primitives"].append({"type": "box", "size": sides, "pos": [0, 0, 0],
                                                   "quat": _quat_of(axes)})
         notes.append("Modules drawn as the uniform boxes of their mass and inertia.")
-    spread = float(np.nanmax(np.ptp(poses[..., :3].reshape(-1, 3), axis=0))) if len(names) > 1 else 1.0
+    coms = _coms(system, len(names))
+    spread = max(float(np.nanmax(np.ptp(poses[..., :3].reshape(-1, 3), axis=0))) if len(names) > 1 else 0.0,
+                 2.0 * float(np.linalg.norm(coms, axis=1).max()) if len(coms) else 0.0)
     axis = 0.12 * (spread if spread > 0 else 1.0)
+    for g, c in zip(geometry, coms):
+        if np.linalg.norm(c) > 1e-9 and not g["primitives"]:
+            g["segments"].append({"p": [[0, 0, 0], c.tolist()], "kind": "skeleton"})
     links = []
     for i, p in enumerate(parents):
         if p >= 0:
