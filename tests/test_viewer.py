@@ -100,8 +100,9 @@ def test_origami_quantities(fold, runs):
 
 def test_tree_scene_places_the_urdf_visuals(runs):
     sc = scene_of(saved.load(runs["arm"]))
-    assert sc.body_names == ["upper", "fore"] and sc.kind == "bodies"
-    upper, fore = (g["primitives"] for g in sc.geometry)
+    assert sc.body_names == ["upper", "fore", "world (fixed)"] and sc.kind == "bodies"
+    upper, fore, world = (g["primitives"] for g in sc.geometry)
+    assert [p["type"] for p in world] == ["cylinder"] and np.all(sc.poses[:, 2] == [0, 0, 0, 0, 0, 0, 1])
     assert [p["type"] for p in upper] == ["box"] and np.allclose(upper[0]["size"], [0.5, 0.05, 0.05])
     assert np.allclose(upper[0]["pos"], [0.25, 0, 0])
     assert [p["type"] for p in fore] == ["cylinder", "sphere"]  # the tool link, merged by its fixed joint

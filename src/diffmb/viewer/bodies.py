@@ -119,6 +119,12 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     quantities.append(Quantity("body speed (between frames)", "m/s", "bodies", speed))
     roots = [i for i, p in enumerate(parents) if p < 0]
     hub = roots[0] if len(roots) == 1 and _floating(system) else None
+    if visuals.get(None):
+        names.append("world (fixed)")
+        geometry.append({"polygons": [], "segments": [], "primitives": list(visuals[None]), "role": "world"})
+        poses = np.concatenate([poses, np.broadcast_to([0, 0, 0, 0, 0, 0, 1.0], (n_f, 1, 7))], 1)
+        for q in quantities:
+            q.values = np.concatenate([q.values, np.full((n_f, 1), np.nan)], 1)
     return Scene(title=run.name, times=ts.astype(np.float32), body_names=names, poses=poses.astype(np.float32),
                  geometry=geometry, links=links, quantities=quantities, hub=hub, kind="bodies", notes=notes,
                  info={"bodies": n_b, "formulation": type(system).__name__})

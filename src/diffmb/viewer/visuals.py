@@ -4,7 +4,8 @@ URDF: each link's ``<visual>`` with a ``box``, ``sphere`` or ``cylinder`` (meshe
 read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
 ``sphere``, ``cylinder`` or ``capsule`` (``size`` or ``fromto``; ``pos``, ``quat``).
 A link merged into its moving ancestor by a fixed joint brings its visuals to that body
-through the merged frame's placement (``Model.frame_*``).
+through the merged frame's placement (``Model.frame_*``); a fixed base's root link, and
+links fixed to it, are drawn where they are in the world.
 
 A primitive: ``{"type", "size", "pos", "quat"}`` in the body frame; ``size`` is the
 box's full sides, the sphere's ``[radius]``, the cylinder's and capsule's
@@ -112,7 +113,8 @@ def mjcf_visuals(path) -> dict:
 
 def file_visuals(model: str | None, body_names, tree_model=None) -> dict:
     """``{body name: [primitive, ...]}`` from the run's model file (empty when the run is
-    not from a URDF or MJCF file, or the file cannot be read)."""
+    not from a URDF or MJCF file, or the file cannot be read); key ``None``: what is fixed
+    to the world (a URDF's fixed root link and links merged into it), in world axes."""
     if not isinstance(model, str):
         return {}
     path = model_args(model)[0]
@@ -129,9 +131,10 @@ def file_visuals(model: str | None, body_names, tree_model=None) -> dict:
         elif name in frames:
             k = frames.index(name)
             b = int(tree_model.frame_bodies[k])
-            if b < 0:
-                continue
-            body, E, r = body_names[b], np.asarray(tree_model.frame_rot[k], float), np.asarray(tree_model.frame_pos[k], float)
+            body = body_names[b] if b >= 0 else None
+            E, r = np.asarray(tree_model.frame_rot[k], float), np.asarray(tree_model.frame_pos[k], float)
+        elif tree_model is not None and path.lower().endswith(".urdf"):
+            body, E, r = None, np.eye(3), np.zeros(3)  # the fixed root link: the world frame
         else:
             continue
         for kind, size, pos, R in prims:

@@ -268,7 +268,7 @@
     const i = Math.min(stops.length - 2, Math.floor(u)), a = u - i;
     return stops[i].map((c, k) => c * (1 - a) + stops[i + 1][k] * a);
   }
-  const HUB = [0.3, 0.33, 0.4], PLAIN = [0.78, 0.8, 0.86], NODE = [0.25, 0.25, 0.3];
+  const HUB = [0.3, 0.33, 0.4], PLAIN = [0.78, 0.8, 0.86], NODE = [0.25, 0.25, 0.3], WORLD = [0.55, 0.57, 0.62];
   let qi = quantities.length ? 0 : -1;
   let range = [0, 1];
 
@@ -373,7 +373,8 @@
     for (let i = 0; i < nSeg; i++) transform(pose, segBody[i] * 7, segLocal[3 * i], segLocal[3 * i + 1], segLocal[3 * i + 2], segWorld, 3 * i);
     const q = qi >= 0 ? quantities[qi] : null;
     for (let b = 0; b < N; b++) {
-      let c = b === DATA.hub ? HUB : DATA.geometry[b].role === "node" ? NODE : PLAIN;
+      const role = DATA.geometry[b].role;
+      let c = b === DATA.hub ? HUB : role === "node" ? NODE : role === "world" ? WORLD : PLAIN;
       if (q && q.target === "bodies") { const v = colourOf(valueAt(q, current, b), q); if (v && b !== DATA.hub) c = v; }
       bodyColor.set(c, 3 * b);
     }
