@@ -115,6 +115,17 @@ def test_controls(pages, drv):
     t = drv.execute_script("return window.diffmbViewer.time()")
     assert 0.0 < t <= float(sc.times[-1])
 
+    from selenium.webdriver.common.keys import Keys
+
+    t1 = float(sc.times[-1])
+    body = drv.find_element("tag name", "body")
+    body.send_keys(Keys.END)
+    _until(lambda: _text(drv, "time-readout") == f"t = {t1:.3f} s / {t1:.3f} s", "End did not go to the end")
+    body.send_keys(Keys.HOME)
+    body.send_keys(Keys.ARROW_RIGHT)
+    _until(lambda: _text(drv, "time-readout") == f"t = {float(sc.times[1]):.3f} s / {t1:.3f} s",
+           "Home then the right arrow did not step to the second frame")
+
     before = canvas_pixels(drv)
     canvas = drv.find_element("css selector", "#view canvas")
     n = drv.execute_script("return window.diffmbViewer.renders")

@@ -592,7 +592,10 @@ def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
     if cfg.view:
         from ..viewer import write_view
 
-        files.append(write_view(files[0], cfg.out / f"{cfg.name}.html"))
+        try:
+            files.append(write_view(files[0], cfg.out / f"{cfg.name}.html"))
+        except ValueError as e:
+            print(f"diffmb: --view: {' '.join(str(e).split())}; skipped", file=sys.stderr)
     obj = report(cfg, res)
     if cfg.json_path is not None:
         write_json(cfg.json_path, obj)

@@ -30,7 +30,8 @@ _BODY = """<div id="view"></div>
   <label id="deflect-label">deflection x <select id="deflect"><option value="1" selected>1</option>
     <option value="10">10</option><option value="100">100</option></select></label>
   <button id="reset">reset view</button>
-  <div id="help">drag: orbit; right-drag or shift-drag: pan; wheel: zoom; click the plot to seek</div>
+  <div id="help">drag: orbit; right-drag or shift-drag: pan; wheel: zoom; click the plot to seek;
+    space: play/pause; arrow keys: a frame back/on; Home/End: start/end</div>
   <div id="info"></div>
   <div id="notes"></div>
 </div>

@@ -426,6 +426,20 @@
   quantities.forEach((q, i) => { const o = document.createElement("option"); o.value = String(i); o.textContent = q.name; $("quantity").appendChild(o); });
   const none = document.createElement("option"); none.value = "-1"; none.textContent = "none (plain)"; $("quantity").appendChild(none);
 
+  window.addEventListener("keydown", (e) => {
+    const tag = e.target.tagName;
+    if (tag === "SELECT" || tag === "BUTTON" || (tag === "INPUT" && e.target.type !== "range")) return;
+    if (e.key === " ") { e.preventDefault(); $("play").click(); }
+    else if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+      e.preventDefault();
+      setPlaying(false);
+      const [i, a] = frameAt(current);
+      const j = e.key === "ArrowRight" ? Math.min(F - 1, i + 1) : (a > 0 ? i : Math.max(0, i - 1));
+      setTime(times[j]);
+    } else if (e.key === "Home") setTime(T0);
+    else if (e.key === "End") setTime(T1);
+  });
+
   function loop(now) {
     if (playing) {
       if (last !== null) {
