@@ -2,7 +2,7 @@
 absent) driven by selenium. For fold-4panel, a URDF arm and the T-bar: the page opens
 offline, draws its first frame without console errors, the canvas is not blank, the
 legend and the time read out the expected values, and scrubbing to the end changes the
-picture (and the same for a flexible solar sail). Screenshots go to ``out/viewer-tests/`` for a human to look at."""
+picture (and the same for a flexible solar sail); the page loads no resource at all. Screenshots go to ``out/viewer-tests/`` for a human to look at."""
 
 from __future__ import annotations
 
@@ -71,6 +71,7 @@ def test_page_draws_scrubs_and_reads_out(pages, drv, name):
     open_page(drv, path)
     SHOTS.mkdir(parents=True, exist_ok=True)
     assert console_errors(drv) == []
+    assert drv.execute_script("return performance.getEntriesByType('resource').map(e => e.name)") == []  # offline
     start = canvas_pixels(drv)
     drv.save_screenshot(str(SHOTS / f"{name}_start.png"))
     drawn = np.any(np.abs(start[..., :3].astype(int) - BACKGROUND) > 8, axis=-1)
