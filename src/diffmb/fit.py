@@ -36,8 +36,9 @@ from . import scenarios
 from .binding import Binding, _same_structure, bind, run_options
 from .data import Data, default_columns, sample_times, state_units
 from .fit_residual import NUISANCE_BOUNDS, Residual, Unknowns, predictions, residual_and_jacobian, residual_value
+from .goodness import failures, goodness_of_fit, leverages
 from .integrate import simulate
-from .least_squares import IdentifiabilityWarning, covariance, identifiability, levenberg_marquardt
+from .least_squares import IdentifiabilityWarning, identifiability, levenberg_marquardt, noise_covariance
 from .records import as_records, resolve_sensors, stack
 from .sensors import Sensor, SensorModel, column_units
 
@@ -48,7 +49,14 @@ class FitResult:
     residual (data units), ``correlation`` and ``condition`` of the fitted unknowns,
     identifiability ``warnings``, a per-record report (residual RMS per sensor, in its
     units), the fitted outputs ``predictions (R, M, C)`` on ``columns`` and the ``noise``
-    (standard deviation) each column was weighted by, declared or estimated."""
+    (standard deviation) each column was weighted by, declared or estimated.
+
+    Standard errors: ``stderr_noise`` assumes the residual is the declared noise;
+    ``stderr_scaled`` is it times ``sqrt`` of the reduced chi-square (what the residual
+    says the noise is); ``stderr`` is the one ``stderr_basis`` names: ``"noise"`` when the
+    goodness-of-fit check passes, ``"scaled"`` when it fails or no noise was declared.
+    ``goodness``: the chi-square test per sensor and over the fit
+    (:func:`diffmb.goodness.goodness_of_fit`)."""
 
     names: tuple
     params: dict
@@ -69,9 +77,15 @@ class FitResult:
     predictions: object = None
     noise: dict = field(default_factory=dict)
     interrupted: bool = False
+    stderr_noise: dict = field(default_factory=dict)
+    stderr_scaled: dict = field(default_factory=dict)
+    stderr_basis: str = "noise"
+    goodness: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"params": self.params, "stderr": self.stderr, "rms": self.rms,
+        return {"params": self.params, "stderr": self.stderr, "stderr_basis": self.stderr_basis,
+                "stderr_noise": self.stderr_noise, "stderr_scaled": self.stderr_scaled,
+                "goodness": self.goodness, "rms": self.rms,
                 "interrupted": self.interrupted,
                 "initial": {"params": self.initial, "rms": self.initial_rms},
                 "iterations": self.iterations, "converged": self.converged,
@@ -258,6 +272,9 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
     The result says when it is not to be trusted (``warnings``, ``converged = False``): a
     parameter that ends at a bound (its standard error is then meaningless), a standard
     error that is not finite, a residual far above the declared noise (:data:`MISFIT`).
+    Every sensor with a declared noise is tested (:mod:`diffmb.goodness`): one whose
+    residual exceeds its noise beyond chance is named in a :class:`FitWarning`, and the
+    standard errors shown are then the scaled ones (:class:`FitResult`).
     """
     pb = problem(scenario, data, names, sensors=sensors, overrides=overrides, stabilization=stabilization,
                  dt=dt, solver=solver, rtol=rtol, atol=atol, weights=weights, bounds=bounds, shooting=shooting,
@@ -334,14 +351,20 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
     scale = np.concatenate([np.where(lmask, theta, 1.0), np.ones(len(z) - p)])
     Jn = J / scale[None, :]
     n_fit = len(names)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        cov = covariance(r, Jn)
-        se = np.sqrt(np.maximum(np.diag(cov)[:n_fit], 0.0))
-        ident = identifiability(Jn[:, :n_fit], names)
     pred = np.asarray(predictions(res, jnp.asarray(z)))
+    gof = goodness_of_fit((pred - y) / w, mask, leverages(J)[: pred.size].reshape(pred.shape),
+                          _sensor_columns(model, columns), known)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        se_noise = np.sqrt(np.maximum(np.diag(noise_covariance(Jn))[:n_fit], 0.0))
+        reduced = (gof["total"]["reduced_chi2"] if gof["total"] is not None
+                   else float(r @ r) / max(1, r.size - J.shape[1]))
+        se_scaled = se_noise * math.sqrt(max(reduced, 0.0))
+        ident = identifiability(Jn[:, :n_fit], names)
+    basis = "noise" if gof["total"] is not None and gof["passed"] else "scaled"
+    se = se_noise if basis == "noise" else se_scaled
     values = np.concatenate([theta, z[p:n_fit]])
     trust = _trust(names, values, se, z[:n_fit], lower[:n_fit], upper[:n_fit], lmask,
-                   _weighted_rms(pred, y, mask, w, known))
+                   _weighted_rms(pred, y, mask, w, known)) + failures(gof)
     for message in ident["warnings"] + trust:
         warnings.warn(message, IdentifiabilityWarning if message in ident["warnings"] else FitWarning,
                       stacklevel=2)
@@ -355,7 +378,8 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
                      warnings=ident["warnings"] + trust, records=_report(records, model, columns, pred, y, mask,
                                      column_units(model.sensors, state_units(res.bindings.system))),
                      columns=columns, predictions=pred, noise=dict(zip(columns, map(float, w))),
-                     interrupted=bool(stopped()))
+                     interrupted=bool(stopped()), stderr_noise=dict(zip(names, map(float, se_noise))),
+                     stderr_scaled=dict(zip(names, map(float, se_scaled))), stderr_basis=basis, goodness=gof)
 
 
 class FitWarning(UserWarning):
@@ -394,8 +418,8 @@ def _trust(names, values, se, z, lower, upper, lmask, misfit) -> list:
     if misfit is not None and misfit > MISFIT:
         out.append(f"the residual is {misfit:.3g}x the declared sensor noise (a good fit gives about 1): "
                    f"the model does not explain the data (a parameter at a bound, a wrong start, "
-                   f"missing physics), and the standard errors, which assume it does, are too small "
-                   f"to trust")
+                   f"missing physics), and its standard errors, noise-only or scaled by the residual, "
+                   f"are not to be trusted")
     return out
 
 
@@ -440,13 +464,19 @@ def _rms(pred, y, mask):
     return math.sqrt(float(np.sum(e * e)) / max(float(mask.sum()), 1.0))
 
 
-def _report(records, model, columns, pred, y, mask, units):
-    """Per record: residual RMS per sensor in its unit (``units``: per column) and the
-    sample count."""
+def _sensor_columns(model, columns) -> dict:
+    """``{sensor name: [indices in columns]}``."""
     by_sensor = {}
     for j, c in enumerate(columns):
         s = next(s for s in model.sensors if c in s.columns)
         by_sensor.setdefault(s.name, []).append(j)
+    return by_sensor
+
+
+def _report(records, model, columns, pred, y, mask, units):
+    """Per record: residual RMS per sensor in its unit (``units``: per column) and the
+    sample count."""
+    by_sensor = _sensor_columns(model, columns)
     out = []
     for k, rec in enumerate(records):
         rms = {}

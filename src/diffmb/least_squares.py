@@ -5,8 +5,9 @@ The fit's residual ``r(z)`` comes with its Jacobian ``J`` from forward-mode
 differentiation through the simulation (one tangent per unknown). Damped Gauss-Newton
 with Marquardt's diagonal scaling: ``(J^T J + lambda diag(J^T J)) dz = -J^T r``.
 
-Statistics (Gaussian noise, the Gauss-Newton / Fisher approximation):
-``cov = s^2 (J^T J)^-1`` with ``s^2 = RSS / (m - p)``; correlations
+Statistics (Gaussian noise, the Gauss-Newton / Fisher approximation): with the rows
+weighted by the declared noise, ``cov = (J^T J)^-1`` (noise only); scaled by the reduced
+chi-square ``s^2 = RSS / (m - p)`` when the residual exceeds that noise; correlations
 ``rho_ij = cov_ij / sqrt(cov_ii cov_jj)``. The data cannot tell parameters apart when
 ``J^T J``, scaled to a unit diagonal, is ill-conditioned: its smallest eigenvector then
 names the combination the data does not see.
@@ -92,10 +93,17 @@ def _inverse(A):
     return np.linalg.inv(An + RIDGE * np.eye(len(d))) / np.outer(d, d)
 
 
+def noise_covariance(J):
+    """``(J^T J)^-1`` (see :data:`RIDGE`): the covariance when the residual rows are
+    weighted by the true noise (``J`` is then the Jacobian in noise units)."""
+    return _inverse(J.T @ J)
+
+
 def covariance(r, J):
-    """``s^2 (J^T J)^-1`` with ``s^2 = |r|^2 / (m - p)`` (see :data:`RIDGE`)."""
+    """``s^2 (J^T J)^-1`` with ``s^2 = |r|^2 / (m - p)`` (see :data:`RIDGE`): the
+    noise-only covariance scaled by the reduced chi-square of the residual."""
     dof = max(1, r.size - J.shape[1])
-    return float(r @ r) / dof * _inverse(J.T @ J)
+    return float(r @ r) / dof * noise_covariance(J)
 
 
 def identifiability(J, names) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .data import unit_kinds
+from .goodness import p_text
 from .sensors import UNITS
 
 MAX_LINES_PER_PANEL = 4
@@ -328,7 +329,10 @@ def fit_figure(result, records, sensors, title: str | None = None):
     the declared noise (band): one pair of panels per sensor, one column per record
     (``result``: a :class:`~diffmb.fit.FitResult`; ``sensors``: the Sensor declarations
     whose columns it fitted). A 0.5 mm marker residual is invisible on the 4 m axis of
-    the motion; its own panel shows it."""
+    the motion; its own panel shows it, against time, so that structure (a drift, a
+    residual oscillating with the motion: model error) stands out from white noise. With
+    a declared noise the panel also gives the sensor's chi-square test
+    (:mod:`diffmb.goodness`), in red where it fails."""
     cols = list(result.columns)
     groups = [(s, [cols.index(c) for c in s.columns if c in cols]) for s in sensors]
     groups = [(s, js) for s, js in groups if js]
@@ -337,6 +341,7 @@ def fit_figure(result, records, sensors, title: str | None = None):
     grid = fig.add_gridspec(2 * G, R, height_ratios=[2.0, 1.0] * G)
     fig.suptitle(_title("measured (dots) vs fitted (lines); residual = measured - fitted", title))
     noise = getattr(result, "noise", None) or {}
+    gof = (getattr(result, "goodness", None) or {}).get("sensors") or {}
 
     def residuals(k, js):
         rec, n = records[k], records[k].data.t.size
@@ -374,8 +379,11 @@ def fit_figure(result, records, sensors, title: str | None = None):
             rax.axhline(0.0, color="0.4", lw=0.6)
             rms = (report.get("rms") or {}).get(s.name)
             if rms is not None:
-                rax.text(0.01, 0.96, f"rms {factor * rms:.2g} {runit}", transform=rax.transAxes,
-                         va="top", fontsize=7, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+                test = gof.get(s.name)
+                rax.text(0.01, 0.96, f"rms {factor * rms:.2g} {runit}" + (_gof_text(test, R) if test else ""),
+                         transform=rax.transAxes, va="top", fontsize=7,
+                         color="C3" if test and not test["passed"] else "black",
+                         bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
             ax.set_ylabel(f"{s.name} [{unit}]" if unit else s.name, fontsize=8)
             rax.set_ylabel(f"residual\n[{runit}]" if runit else "residual", fontsize=8)
             for a in (ax, rax):
@@ -393,6 +401,13 @@ def fit_figure(result, records, sensors, title: str | None = None):
                 if rax.get_legend_handles_labels()[0]:
                     _legend_outside(rax, 1)
     return fig
+
+
+def _gof_text(test: dict, records: int) -> str:
+    """A sensor's goodness of fit for its residual panel (over every record)."""
+    where = " (all records)" if records > 1 else ""
+    return (f" = {test['rms_over_noise']:.2g}x noise; chi\u00b2/dof {test['reduced_chi2']:.3g}, "
+            f"{p_text(test['p'])}{where}" + ("" if test["passed"] else " FAILS"))
 
 
 def plot_fit(result, records, sensors, path, *, title: str | None = None) -> Path:

@@ -1,8 +1,10 @@
 """``diffmb fit SCENARIO --data A.csv [--data B.csv ...] [--sensors S.json] --params K,c[,t_offset,...]
 [--shooting S] [--iterations N] [--bound t_offset=S] [--plot PNG] [--json PATH]`` -> fitted
-values with standard errors, a residual report per record and sensor (in the sensors'
-units), and warnings where a value is not to be trusted (at a bound, undetermined, a
-residual far above the noise, parameters the data cannot tell apart). Ctrl-C stops after
+values with standard errors (noise-only and scaled by the reduced chi-square, and which is
+shown), a residual report per record and sensor (in the sensors' units), a chi-square
+goodness-of-fit test per sensor, and warnings where a value is not to be trusted (at a
+bound, undetermined, a sensor's residual above its noise beyond chance, parameters the
+data cannot tell apart). Ctrl-C stops after
 the iteration in flight and keeps the values reached (printed, and in ``--json``); exit 130."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .. import scenarios
 from ..data import default_columns
 from ..fit import fit
 from ..fit_residual import NUISANCE_BOUNDS
+from ..goodness import p_text
 from ..records import Record, load_records, resolve_sensors
 from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, check_plot, design_args, emit,
                       interrupts, names, one_line_errors, parse_sets, stop_if_interrupted, run_settings,
@@ -105,8 +108,11 @@ def main(args) -> int:
     obj = {"scenario": sc.name, "data": [str(p) for p in args.data],
            "sensors": [s.to_json() for s in sensors], **res.to_json()}
     lines = [f"{n:>16} = {res.params[n]:.8g} " + (
-        f"+- {res.stderr[n]:.2g}" if math.isfinite(res.stderr[n]) else "(not determined)")
+        f"+- {res.stderr[n]:.2g} [noise-only {res.stderr_noise[n]:.2g}, scaled {res.stderr_scaled[n]:.2g}]"
+        if math.isfinite(res.stderr[n]) else "(not determined)")
         + f"   (start {res.initial[n]:.6g})" for n in res.names]
+    lines.append(_basis_line(res))
+    lines += _goodness_lines(res.goodness)
     for rep in res.records:
         lines.append(f"record {rep['label']}: residual rms " + ", ".join(
             f"{k} {v:.3g}{_unit(rep['units'].get(k))}" for k, v in rep["rms"].items()))
@@ -125,6 +131,31 @@ def main(args) -> int:
               f"reached{kept}", file=sys.stderr)
         return INTERRUPTED
     return 0
+
+
+def _basis_line(res) -> str:
+    """Which standard error follows ``+-`` above, and why."""
+    total = (res.goodness or {}).get("total")
+    if res.stderr_basis == "noise":
+        return "standard errors shown: noise-only (every sensor's residual is its declared noise)"
+    if total is None:
+        return "standard errors shown: scaled (no sensor noise declared: the residual is taken as the noise)"
+    return (f"standard errors shown: scaled by sqrt(reduced chi-square {total['reduced_chi2']:.3g}), as the "
+            f"goodness-of-fit check failed; the noise-only ones assume a model that explains the data")
+
+
+def _goodness_lines(gof) -> list:
+    """The chi-square test per sensor and over the fit, one line each."""
+    if not gof or gof.get("total") is None:
+        return []
+
+    def one(name, e):
+        return (f"  {name}: residual rms {e['rms_over_noise']:.3g}x noise, chi-square/dof "
+                f"{e['reduced_chi2']:.3g} (dof {e['dof']:.0f}), {p_text(e['p'])}"
+                + ("" if e["passed"] else "  FAILS"))
+
+    return ([f"goodness of fit (chi-square test, fails at p < {gof['alpha']:g}):"]
+            + [one(k, e) for k, e in gof["sensors"].items()] + [one("whole fit", gof["total"])])
 
 
 def _unit(u):
