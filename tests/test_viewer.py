@@ -203,6 +203,10 @@ def test_view_command(runs, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert cli(["view", str(runs["tbar"]), "--out", str(out)]) == 0
     assert out.stat().st_size > 600_000 and "page.html" in capsys.readouterr().out
+    assert cli(["view", str(runs["fold"]), "--out", str(out), "--max-frames", "10"]) == 0
+    assert "10 frames of 4 bodies" in capsys.readouterr().out
+    assert cli(["view", str(runs["fold"]), "--out", str(out), "--fps", "5"]) == 0
+    assert "11 frames of 4 bodies, t = 0 to 2 s" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case, words", [
