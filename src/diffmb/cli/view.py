@@ -23,6 +23,7 @@ from ._common import UsageError, check_outputs, one_line_errors, positive
 
 
 def build_parser():
+    """The whole command line's parser (imported late: the package imports this module)."""
     from . import build_parser as parser
 
     return parser()

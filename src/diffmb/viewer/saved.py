@@ -27,6 +27,7 @@ class SavedRun:
 
     @property
     def name(self) -> str:
+        """The scenario's name (a model file's stem)."""
         return self.scenario.name
 
 
