@@ -44,7 +44,8 @@ and both ways on; ``--discard`` alone removes it and starts fresh.
 Output paths are checked before any work. At the end ``<out>/<scenario>.npz``
 (``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
 are written and the partial file is removed (``--animate``: also ``<out>/<scenario>.gif``,
-origami scenarios only; ``--view``: also ``<out>/<scenario>.html``, see ``diffmb view``). When ``<out>/<scenario>.npz`` already holds the run of another
+origami scenarios only; ``--view``: also ``<out>/<scenario>.html``, see ``diffmb view``).
+When ``<out>/<scenario>.npz`` already holds the run of another
 scenario, model file (two files with one stem: ``fourbar.urdf``, ``fourbar.xml``) or other
 parameters, one warning line says so before any work (it is still replaced: give another
 ``--out`` to keep both); a re-run of the same case (whatever its t1, dt or solver)
