@@ -2,7 +2,8 @@
 absent) driven by selenium. For fold-4panel, a URDF arm and the T-bar: the page opens
 offline, draws its first frame without console errors, the canvas is not blank, the
 legend and the time read out the expected values, and scrubbing to the end changes the
-picture (and the same for a flexible solar sail); the page loads no resource at all. Screenshots go to ``out/viewer-tests/`` for a human to look at."""
+picture (and the same for a flexible solar sail); the page loads no resource at all.
+Screenshots go to ``out/viewer-tests/`` for a human to look at."""
 
 from __future__ import annotations
 

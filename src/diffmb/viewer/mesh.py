@@ -116,8 +116,8 @@ def _primitive(pr):
 def triangles(geometry: dict) -> tuple[np.ndarray, np.ndarray]:
     """``(vertices (V, 3), faces (T, 3))`` of one body's surfaces in its own frame."""
     Vs, Fs, base = [], [], 0
-    for part in [_polygon(p) for p in geometry.get("polygons", [])] + [_primitive(p) for p in geometry.get("primitives", [])]:
-        V, F = part
+    parts = [_polygon(p) for p in geometry.get("polygons", [])] + [_primitive(p) for p in geometry.get("primitives", [])]
+    for V, F in parts:
         Vs.append(V)
         Fs.append(F + base)
         base += len(V)
@@ -219,8 +219,9 @@ def gltf(scene, t: float | None = None) -> dict:
         children.append(len(nodes) - 1)
     L = world_lines(scene, f)
     if len(L):
-        meshes.append({"name": "lines", "primitives": [{"attributes": {"POSITION": add(L.reshape(-1, 3), 34962, "VEC3")},
-                                                         "material": material("node"), "mode": 1}]})
+        lines = {"attributes": {"POSITION": add(L.reshape(-1, 3), 34962, "VEC3")}, "material": material("node"),
+                 "mode": 1}
+        meshes.append({"name": "lines", "primitives": [lines]})
         nodes.append({"name": "lines", "mesh": len(meshes) - 1})
         children.append(len(nodes) - 1)
     nodes.append({"name": f"{scene.title} (z up)", "rotation": [-np.sqrt(0.5), 0.0, 0.0, np.sqrt(0.5)],

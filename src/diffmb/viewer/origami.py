@@ -123,8 +123,8 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
         Quantity("hinge energy", "J", "bodies", per_body(energy)),
     ]
     return Scene(
-        title=run.name, times=ts.astype(np.float32), body_names=names, poses=poses.astype(np.float32), geometry=geometry,
-        links=links, quantities=quantities, hub=hub, kind="origami",
+        title=run.name, times=ts.astype(np.float32), body_names=names, poses=poses.astype(np.float32),
+        geometry=geometry, links=links, quantities=quantities, hub=hub, kind="origami",
         info={"panels": len(outlines), "creases": len(creases), "cut creases": len(cut),
               "hub": pattern.root},
     )
