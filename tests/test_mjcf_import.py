@@ -133,9 +133,10 @@ def test_weld_equality_holds_two_bodies_together():
 @pytest.mark.parametrize("xml, key, words", [
     ('<mujoco><worldbody><body name="a"><joint name="j1"/><geom size="0.1" mass="1"/></body>'
      '<body name="b"><joint name="j2"/><geom size="0.1" mass="1"/></body></worldbody>'
-     '<tendon><fixed name="t1"><joint joint="j1" coef="1"/></fixed><fixed name="t2"><joint joint="j2" coef="1"/>'
-     '</fixed></tendon><equality><tendon name="couple" tendon1="t1" tendon2="t2"/></equality></mujoco>', None,
-     ["equality 'couple'", "tendon equalities are not supported", "connect, weld or joint"]),
+     '<tendon><fixed name="t1"><joint joint="j1" coef="1"/><joint joint="j2" coef="1"/></fixed><fixed name="t2">'
+     '<joint joint="j2" coef="1"/></fixed></tendon><equality><tendon name="couple" tendon1="t1" tendon2="t2"/>'
+     '</equality></mujoco>', None,
+     ["equality 'couple'", "tendon 't1' spans 2 joints", "fixed tendons of one joint each"]),
     ('<mujoco><worldbody><body name="a"><joint name="j1"/><geom size="0.1" mass="1"/></body></worldbody>'
      '<keyframe><key name="home" qpos="0.1"/></keyframe></mujoco>', "away", ["no key 'away'", "home"]),
     ('<mujoco><worldbody><body name="a"><joint name="j1"/><geom size="0.1" mass="1"/>'

@@ -37,6 +37,7 @@ def forward_dynamics(model, ws, tau, f_ext=None):
     pad2 = lambda x: jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], dt)], 0)  # noqa: E731
     S = jnp.concatenate([ws.S, jnp.zeros((1, 6), dt)], 0)
     tau = jnp.concatenate([tau, jnp.zeros(1, dt)])
+    armature = jnp.concatenate([model.armature.astype(dt), jnp.zeros(1, dt)])
     c = pad2(ws.joint_acc)
     pA0 = sp.cross_force(ws.vel, sp.mv(ws.inertia, ws.vel))
     if f_ext is not None:
@@ -55,6 +56,7 @@ def forward_dynamics(model, ws, tau, f_ext=None):
             Si = S[dofs]                                              # (W, k, 6)
             U = jnp.sum(IAi[:, None, :, :] * Si[:, :, None, :], -1)   # (W, k, 6) = (IA S)^T
             D = jnp.sum(Si[:, :, None, :] * U[:, None, :, :], -1)     # (W, k, k)
+            D = D + armature[dofs][:, :, None] * jnp.eye(D.shape[-1], dtype=dt)[None]
             D = jnp.where(v3, D, jnp.eye(D.shape[-1], dtype=dt))
             Dinv = _inv(D)
             pAi = pA[ids]

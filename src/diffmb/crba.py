@@ -26,11 +26,11 @@ def composite_inertias(model, ws):
 
 
 def mass_matrix(model, ws):
-    """``M (nv, nv)`` in the public velocity order."""
+    """``M (nv, nv)`` in the public velocity order, the joints' armature on its diagonal."""
     lay = layout(model)
     Ic = composite_inertias(model, ws)
     F = sp.mv(Ic[lay.dof_body], ws.S)          # Ic_{b(j)} s_j
     full = ws.S @ F.T                          # [i, j] = s_i^T Ic_{b(j)} s_j
     support = jnp.asarray(lay.dof_support)
     zero = jnp.zeros((), full.dtype)
-    return jnp.where(support, full, jnp.where(support.T, full.T, zero))
+    return jnp.where(support, full, jnp.where(support.T, full.T, zero)) + jnp.diag(model.armature)

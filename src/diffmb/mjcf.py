@@ -58,7 +58,7 @@ def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "
     axis = np.asarray(model.axis)
     mass, com, inertia = np.asarray(model.mass), np.asarray(model.com), np.asarray(model.inertia)
     tree_rot, tree_pos = np.asarray(model.tree_rot), np.asarray(model.tree_pos)
-    K, D, rest = (np.asarray(x) for x in (model.stiffness, model.damping, model.rest))
+    K, D, rest, A = (np.asarray(x) for x in (model.stiffness, model.damping, model.rest, model.armature))
     sites = [[] for _ in range(model.n_bodies)]
     eq = []
     if closures is not None:
@@ -120,6 +120,8 @@ def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "
                          f' axis="{_f(axis[i])}"')
             elif np.any(D[s:s + 3] != 0):
                 extra = f' damping="{D[s]:.17g}"'
+            if A[s] != 0:
+                extra += f' armature="{A[s]:.17g}"'
             lines.append(f'{pad}  <joint name="{jname}" type="{KIND[kind]}"{extra}/>')
         else:
             raise ValueError(f"to_mjcf: body {model.body_names[i]!r}: joint kind {kind!r} has no "

@@ -7,24 +7,30 @@ angle units), so what diffmb reads is exactly the model MuJoCo simulates. From t
 * bodies become diffmb bodies with their mass, centre of mass and full inertia
   (``body_ipos``, ``body_iquat``, ``body_inertia``); gravity is ``opt.gravity``;
 * joints ``hinge`` -> revolute, ``slide`` -> prismatic, ``ball`` -> spherical, ``free`` ->
-  free (root bodies only); a body with no joint is welded to its parent; a body with
-  several joints becomes a chain of massless bodies, one joint each, composed in MuJoCo's
-  order about each joint's own anchor (``jnt_pos``); ``dof_damping``, ``jnt_stiffness``
-  (about ``qpos_spring``) and ``jnt_range`` of limited joints are kept;
-* equality constraints ``connect`` -> a point closure, ``weld`` -> a weld closure,
+  free (on any body of the world: several free bodies make a forest); a body with no
+  joint is welded to its parent; a body with several joints becomes a chain of massless
+  bodies, one joint each, composed in MuJoCo's order about each joint's own anchor
+  (``jnt_pos``); ``dof_damping`` and ``dof_armature`` (rotor inertia on the mass matrix's
+  diagonal), ``jnt_stiffness`` (about ``qpos_spring``) and ``jnt_range`` of limited
+  joints are kept;
+* equality constraints ``connect`` -> a point closure, ``weld`` -> a weld closure (between
+  bodies, or MuJoCo 3's ``site1``/``site2`` form: the sites' origins or frames coincide),
   ``joint`` -> a coordinate coupling ``q1 = a0 + a1 q2 + ... + a4 q2^4`` (``polycoef``;
   diffmb's coordinates are MuJoCo's ``qpos - qpos0``, so MuJoCo's reference offsets are
   built in), all exact (diffmb does not soften them: ``solref``/``solimp`` are ignored);
-  inactive ones are skipped; ``tendon`` equalities are refused by name;
+  ``tendon`` between fixed tendons of one joint each -> the same coordinate coupling;
+  inactive ones are skipped;
+* fixed tendons' springs (with MuJoCo's dead band) and dampers as generalized forces
+  (:mod:`diffmb.tendons`, the system's ``tau_fn``);
 * a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
   key, else ``qpos0`` at rest). A state that violates the equalities (MuJoCo pulls it in
   softly) is moved onto them, positions by minimum-norm Gauss-Newton and velocities by
   the minimum-norm correction, and a note says by how much.
 
-Not carried over (said in :attr:`MjcfModel.notes`): contacts, actuators, tendons, armature
-and frictionloss. The body frame of a body whose joint has an anchor off its origin is
-moved onto the anchor (diffmb's body frame is its joint frame); positions are converted
-accordingly, names stay.
+Not carried over (said in :attr:`MjcfModel.notes`, by name): contacts, actuators, spatial
+tendons, tendon limits, frictionloss, fluid forces. The body frame of a body whose joint
+has an anchor off its origin is moved onto the anchor (diffmb's body frame is its joint
+frame); positions are converted accordingly, names stay.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import numpy as np
 
 from . import joints as jt
 from . import spatial as sp
+from . import tendons as tn
 from .closed_chain import assemble
 from .closures import jacobian, loop_closures, position_residual
 from .couplings import coupling
@@ -59,13 +66,19 @@ class MjcfModel:
     notes: list = field(default_factory=list)
     #: per MuJoCo joint: (diffmb body index, kind) for state conversion
     joint_bodies: tuple = ()
+    #: the fixed tendons with a spring or a damper (:class:`~diffmb.tendons.FixedTendons`), or None
+    tendons: object = None
 
     def system(self, *, stabilization=None, baumgarte=(0.0, 0.0)):
-        """A :class:`~diffmb.system.TreeSystem` at the keyframe state."""
+        """A :class:`~diffmb.system.TreeSystem` at the keyframe state (the tendons' forces
+        as its ``tau_fn``, their numbers as its ``forcing``)."""
         if stabilization is None:
             stabilization = "projection" if self.closures is not None else "none"
+        kw = {}
+        if self.tendons is not None:
+            kw = dict(tau_fn=tn.TendonForces(), potential_fn=tn.TendonEnergy(), forcing=self.tendons)
         return TreeSystem(self.model, self.q0, self.qd0, closures=self.closures,
-                          stabilization=stabilization, baumgarte=baumgarte)
+                          stabilization=stabilization, baumgarte=baumgarte, **kw)
 
 
 def _quat_dcm(q):
@@ -145,24 +158,12 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
                 jpos, jrot = pos + R @ anchor, R.T
             else:
                 jpos, jrot = anchor - prev_anchor, np.eye(3)
-            dof = int(m.jnt_dofadr[j])
-            nd = jt.NV[kind]
-            limited = bool(m.jnt_limited[j]) and kind in ("revolute", "prismatic")
-            b.add_body(body, up, kind, joint_name=jname, axis=m.jnt_axis[j] if nd == 1 else (0, 0, 1),
+            numbers, joint_notes = _joint_numbers(m, j, kind, jname)
+            notes += joint_notes
+            b.add_body(body, up, kind, joint_name=jname, axis=m.jnt_axis[j] if jt.NV[kind] == 1 else (0, 0, 1),
                        pos=jpos, rot=jrot,
                        mass=mass if final else 0.0, com=(m.body_ipos[i] - anchor) if final else (0, 0, 0),
-                       inertia=inertia if final else None,
-                       damping=m.dof_damping[dof] if nd == 1 else 0.0,
-                       stiffness=m.jnt_stiffness[j] if nd == 1 else 0.0,
-                       rest=(m.qpos_spring[m.jnt_qposadr[j]] - m.qpos0[m.jnt_qposadr[j]]) if nd == 1 else 0.0,
-                       lower=m.jnt_range[j][0] - m.qpos0[m.jnt_qposadr[j]] if limited else -np.inf,
-                       upper=m.jnt_range[j][1] - m.qpos0[m.jnt_qposadr[j]] if limited else np.inf)
-            if nd > 1 and (np.any(m.dof_damping[dof:dof + nd]) or m.jnt_stiffness[j]):
-                notes.append(f"joint {jname!r}: {kind} damping/stiffness not carried over")
-            if np.any(m.dof_armature[dof:dof + nd]):
-                notes.append(f"joint {jname!r}: armature not carried over")
-            if np.any(m.dof_frictionloss[dof:dof + nd]):
-                notes.append(f"joint {jname!r}: frictionloss not carried over")
+                       inertia=inertia if final else None, **numbers)
             joints.append((j, body, kind))
             prev_anchor, up = anchor, body
         offset[i], last[i] = prev_anchor, bname
@@ -172,16 +173,98 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
         raise ValueError(f"{where}: {e}") from None
     if m.nu:
         notes.append(f"{m.nu} actuator(s) not carried over (drive the joints with tau_fn)")
-    if m.ntendon:
-        notes.append(f"{m.ntendon} tendon(s) not carried over")
-    if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity):
+    tendons = _tendons(m, model, joints, name, where, notes)
+    if m.opt.density > 0 or m.opt.viscosity > 0:
+        notes.append(f"fluid forces not carried over (<option density=\"{m.opt.density:g}\" viscosity="
+                     f"\"{m.opt.viscosity:g}\">): MuJoCo drags every moving body through the medium, "
+                     f"diffmb simulates a vacuum")
+    contacts_off = m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity) and not contacts_off:
         notes.append("contacts not simulated (diffmb has no contact model)")
     closures = _equalities(m, model, offset, last, joints, name, where)
     q0, qd0 = _state(m, model, joints, key, where, name)
     if closures is not None:
         q0, qd0 = _consistent(model, closures, q0, qd0, notes)
-    return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes,
+    return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes, tendons=tendons,
                      joint_bodies=tuple((j, model.body_index(body), kind) for j, body, kind in joints))
+
+
+_WRAP_JOINT = 1  # mjWRAP_JOINT: a fixed tendon's term
+
+
+def _tendon_terms(m, t):
+    """``[(joint, coef)]`` of fixed tendon ``t``, or None for a spatial one (sites, wrapping)."""
+    adr, num = int(m.tendon_adr[t]), int(m.tendon_num[t])
+    if any(int(m.wrap_type[w]) != _WRAP_JOINT for w in range(adr, adr + num)):
+        return None
+    return [(int(m.wrap_objid[w]), float(m.wrap_prm[w])) for w in range(adr, adr + num)]
+
+
+def _tendons(m, model, joints, name, where, notes):
+    """The fixed tendons with a spring or a damper (:mod:`diffmb.tendons`), or None; notes
+    for what is not carried over (spatial tendons, tendon limits, armature, friction)."""
+    import mujoco
+
+    keep = []
+    for t in range(m.ntendon):
+        tname = name(mujoco.mjtObj.mjOBJ_TENDON, t)
+        terms = _tendon_terms(m, t)
+        if terms is None:
+            notes.append(f"tendon {tname!r}: spatial tendon not carried over (diffmb has no tendon "
+                         f"path geometry; only fixed tendons are)")
+            continue
+        for what, value in (("limit", m.tendon_limited[t]), ("armature", getattr(m, "tendon_armature", [0] * m.ntendon)[t]),
+                            ("frictionloss", m.tendon_frictionloss[t])):
+            if value:
+                notes.append(f"tendon {tname!r}: {what} not carried over")
+        if m.tendon_stiffness[t] or m.tendon_damping[t]:
+            coef = np.zeros(model.nv)
+            for j, c in terms:
+                coef[_coordinate(m, model, joints, j, f"tendon {tname!r}", where, name)] += c
+            keep.append((tname, coef, float(m.tendon_length0[t]), float(m.tendon_stiffness[t]),
+                         float(m.tendon_damping[t]), *map(float, m.tendon_lengthspring[t])))
+    if not keep:
+        return None
+    cols = list(zip(*keep))
+    arr = lambda x: jnp.asarray(np.array(x, float))  # noqa: E731
+    return tn.FixedTendons(coef=arr(cols[1]), length0=arr(cols[2]), stiffness=arr(cols[3]),
+                           damping=arr(cols[4]), lower=arr(cols[5]), upper=arr(cols[6]),
+                           names=tuple(cols[0]))
+
+
+def _free_dofs(x):
+    """A free joint's per-dof MuJoCo numbers ``(v_world, w_body)`` in diffmb's order
+    ``(w_body, v_body)``, or None where the linear part is not isotropic (then it is not
+    the same on body-axis velocities)."""
+    x = np.asarray(x, float)
+    return None if np.ptp(x[:3]) > 0 else np.concatenate([x[3:], x[:3]])
+
+
+def _joint_numbers(m, j, kind, jname):
+    """diffmb's per-dof numbers of MuJoCo joint ``j`` (``ModelBuilder.add_body`` keywords)
+    and the notes for what is not carried over. Damping (``dof_damping``) and armature
+    (``dof_armature``, added to the mass matrix's diagonal as MuJoCo does) act on the joint
+    velocities, which are diffmb's too (a ball's and a free joint's angular rate in body
+    axes; a free joint's linear velocity only where the number is the same on all three
+    axes); stiffness about ``qpos_spring`` and the range only on hinge and slide joints."""
+    dof, a, nd = int(m.jnt_dofadr[j]), int(m.jnt_qposadr[j]), jt.NV[kind]
+    notes, out = [], {}
+    for field, values in (("damping", m.dof_damping[dof:dof + nd]), ("armature", m.dof_armature[dof:dof + nd])):
+        x = _free_dofs(values) if kind == "free" else np.asarray(values, float)
+        if x is None:
+            notes.append(f"joint {jname!r}: free joint {field} differs between the linear axes; not carried over")
+        else:
+            out[field] = x
+    if nd == 1:
+        limited = bool(m.jnt_limited[j])
+        out.update(stiffness=m.jnt_stiffness[j], rest=m.qpos_spring[a] - m.qpos0[a],
+                   lower=m.jnt_range[j][0] - m.qpos0[a] if limited else -np.inf,
+                   upper=m.jnt_range[j][1] - m.qpos0[a] if limited else np.inf)
+    elif m.jnt_stiffness[j]:
+        notes.append(f"joint {jname!r}: {kind} stiffness not carried over")
+    if np.any(m.dof_frictionloss[dof:dof + nd]):
+        notes.append(f"joint {jname!r}: frictionloss not carried over (diffmb has no dry friction)")
+    return out, notes
 
 
 def _coordinate(m, model, joints, j, ename, where, name):
@@ -212,13 +295,16 @@ def _equalities(m, model, offset, last, joints, name, where):
             x = None if j2 < 0 else _coordinate(m, model, joints, j2, ename, where, name)
             pairs.append(coupling(ename, y, x, np.asarray(m.eq_data[e][:5], float)))
             continue
+        if etype == int(mujoco.mjtEq.mjEQ_TENDON):
+            pairs.append(_tendon_coupling(m, model, joints, e, ename, where, name))
+            continue
         if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD)):
             kind = mujoco.mjtEq(etype).name.replace("mjEQ_", "").lower()
             raise ValueError(f"{where}: equality {ename!r}: {kind} equalities are not supported (diffmb's "
                              f"closures join bodies or joints: use connect, weld or joint, or remove it)")
-        if int(m.eq_objtype[e]) != int(mujoco.mjtObj.mjOBJ_BODY):
-            raise ValueError(f"{where}: equality {ename!r}: only body-based connect/weld (body1/body2) "
-                             f"are supported, not site-based")
+        if int(m.eq_objtype[e]) == int(mujoco.mjtObj.mjOBJ_SITE):
+            pairs.append(_site_closure(m, model, offset, last, e, ename, etype == int(mujoco.mjtEq.mjEQ_WELD)))
+            continue
         b1, b2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
         ia = -1 if b1 == 0 else model.body_index(last[b1])
         ib = -1 if b2 == 0 else model.body_index(last[b2])
@@ -231,6 +317,46 @@ def _equalities(m, model, offset, last, joints, name, where):
             pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="weld", axis=0, rot_a=Rrel.T,
                               pos_a=d[3:6] - offset[b1], rot_b=np.eye(3), pos_b=-offset[b2]))
     return loop_closures(model, pairs) if pairs else None
+
+
+def _tendon_coupling(m, model, joints, e, ename, where, name):
+    """A tendon equality ``L1 - L1_0 = p(L2 - L2_0)`` between fixed tendons of one joint
+    each, ``L_i - L_i0 = c_i q_i``: the coordinate coupling ``q_1 = sum_k a_k c_2^k q_2^k /
+    c_1``. Tendons over several joints are refused by name (a coupling holds one
+    coordinate to a polynomial in one other)."""
+    import mujoco
+
+    ends = []
+    for t in (int(m.eq_obj1id[e]), int(m.eq_obj2id[e])):
+        if t < 0:
+            ends.append(None)
+            continue
+        terms = _tendon_terms(m, t)
+        tname = name(mujoco.mjtObj.mjOBJ_TENDON, t)
+        if terms is None or len(terms) != 1:
+            raise ValueError(f"{where}: equality {ename!r}: tendon {tname!r} "
+                             + ("is a spatial tendon" if terms is None else f"spans {len(terms)} joints")
+                             + "; tendon equalities are carried over between fixed tendons of one joint each")
+        (j, c), = terms
+        ends.append((_coordinate(m, model, joints, j, ename, where, name), c))
+    (y, c1), x = ends
+    a = np.asarray(m.eq_data[e][:5], float)
+    if x is None:
+        return coupling(ename, y, None, [a[0] / c1])
+    return coupling(ename, y, x[0], a * x[1] ** np.arange(5) / c1)
+
+
+def _site_closure(m, model, offset, last, e, ename, weld):
+    """A site-based ``connect`` (the two sites' origins coincide) or ``weld`` (their
+    frames coincide; MuJoCo ignores ``relpose`` and ``anchor`` then), MuJoCo 3's form."""
+    ends = []
+    for site in (int(m.eq_obj1id[e]), int(m.eq_obj2id[e])):
+        b = int(m.site_bodyid[site])
+        ends.append((-1 if b == 0 else model.body_index(last[b]), m.site_pos[site] - offset[b],
+                     _quat_dcm(m.site_quat[site]).T if weld else np.eye(3)))
+    (ia, pa, Ra), (ib, pb, Rb) = ends
+    return dict(name=ename, body_a=ia, body_b=ib, kind="weld" if weld else "point", axis=0,
+                rot_a=Ra, pos_a=pa, rot_b=Rb, pos_b=pb)
 
 
 @eqx.filter_jit

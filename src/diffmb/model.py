@@ -38,7 +38,8 @@ class Model(eqx.Module):
     coordinates, ``inertia (N, 3, 3)`` about the com in body axes, ``tree_rot (N, 3, 3)``
     DCM [J parent], ``tree_pos (N, 3)`` joint-frame origin in parent coordinates,
     ``axis``/``axis2 (N, 3)``; per generalized velocity in public order ``stiffness``,
-    ``damping``, ``rest``, ``effort_limit``, ``lower``, ``upper``; ``gravity (3,)`` in
+    ``damping``, ``rest``, ``armature`` (rotor inertia added to the mass matrix's diagonal,
+    as MuJoCo's ``armature``), ``effort_limit``, ``lower``, ``upper``; ``gravity (3,)`` in
     world coordinates; ``frame_rot``/``frame_pos`` placements of merged frames.
     """
 
@@ -52,6 +53,7 @@ class Model(eqx.Module):
     stiffness: jnp.ndarray
     damping: jnp.ndarray
     rest: jnp.ndarray
+    armature: jnp.ndarray
     effort_limit: jnp.ndarray
     lower: jnp.ndarray
     upper: jnp.ndarray
@@ -100,7 +102,15 @@ class Model(eqx.Module):
 
     @property
     def floating_base(self) -> bool:
-        return self.n_bodies > 0 and self.joint_kinds[0] == "free"
+        """Every root flies free (a free joint to the world): nothing holds the system, so
+        its total momentum is conserved. A single tree's free root, or a forest of them
+        (a servicer beside its free-flying target)."""
+        return bool(self.free_roots) and len(self.free_roots) == self.parents.count(-1)
+
+    @property
+    def free_roots(self) -> tuple:
+        """The bodies on a free joint (each hangs from the world)."""
+        return tuple(i for i, k in enumerate(self.joint_kinds) if k == "free")
 
     def _names(self, single: str, multi: dict) -> tuple:
         names = []
@@ -247,6 +257,7 @@ class _Body:
     stiffness: np.ndarray
     damping: np.ndarray
     rest: np.ndarray
+    armature: np.ndarray
     effort: np.ndarray
     lower: np.ndarray
     upper: np.ndarray
@@ -287,6 +298,7 @@ class ModelBuilder:
         stiffness=0.0,
         damping=0.0,
         rest=0.0,
+        armature=0.0,
         effort_limit=np.inf,
         lower=-np.inf,
         upper=np.inf,
@@ -326,6 +338,9 @@ class ModelBuilder:
             return a
 
         stiffness_a = per_dof(stiffness, "stiffness")
+        armature_a = per_dof(armature, "armature")
+        if np.any(armature_a < 0) or not np.all(np.isfinite(armature_a)):
+            raise ValueError(f"{what}: joint armature must be finite and non-negative, got {armature_a}")
         if joint in jt.MRP_KINDS and np.any(stiffness_a != 0):
             raise ValueError(f"{what}: joint springs are defined for 1- and 2-DOF joints only")
         self._bodies.append(
@@ -344,6 +359,7 @@ class ModelBuilder:
                 stiffness=stiffness_a,
                 damping=per_dof(damping, "damping"),
                 rest=per_dof(rest, "rest"),
+                armature=armature_a,
                 effort=per_dof(effort_limit, "effort_limit"),
                 lower=per_dof(lower, "lower"),
                 upper=per_dof(upper, "upper"),
@@ -422,11 +438,6 @@ class ModelBuilder:
         index = {n: i for i, n in enumerate(names)}
         parents = tuple(-1 if placements[n][0] == "world" else index[placements[n][0]] for n in names)
         kinds = tuple(by_name[n].kind for n in names)
-        for n, k, par in zip(names[1:], kinds[1:], parents[1:]):
-            if k == "free":
-                raise ValueError(
-                    f"body {n!r}: a free joint is supported only as the first (root) body's joint"
-                )
         for n in names:
             m, c, I = inert[n]
             problem = inertia_problem(m, I)
@@ -459,6 +470,7 @@ class ModelBuilder:
             stiffness=cat("stiffness"),
             damping=cat("damping"),
             rest=cat("rest"),
+            armature=cat("armature"),
             effort_limit=cat("effort"),
             lower=cat("lower"),
             upper=cat("upper"),
@@ -476,6 +488,10 @@ class ModelBuilder:
         if check_regular or any(inert[n][0] == 0 and not np.any(inert[n][2]) for n in names):
             check_regular_mass(model, where)
         return model
+
+
+#: The Model's per-generalized-velocity arrays, in public order.
+PER_DOF = ("stiffness", "damping", "rest", "armature", "effort_limit", "lower", "upper")
 
 
 def reorder_joints(model: Model, joint_order) -> Model:
@@ -498,7 +514,7 @@ def reorder_joints(model: Model, joint_order) -> Model:
         idx[s:e] = np.arange(os_, oe)
     perm = lambda a: a[idx]  # noqa: E731
     return eqx.tree_at(
-        lambda m: (m.stiffness, m.damping, m.rest, m.effort_limit, m.lower, m.upper),
+        lambda m: tuple(getattr(m, f) for f in PER_DOF),
         new,
-        tuple(perm(getattr(model, f)) for f in ("stiffness", "damping", "rest", "effort_limit", "lower", "upper")),
+        tuple(perm(getattr(model, f)) for f in PER_DOF),
     )

@@ -51,8 +51,9 @@ def generalized_forces(model, ws, f):
 
 
 def inverse_dynamics(model, ws, qdd, f_ext=None):
-    """``tau`` (public order) that produces ``qdd`` at the workspace's state."""
-    return generalized_forces(model, ws, body_forces(model, ws, qdd, f_ext))
+    """``tau`` (public order) that produces ``qdd`` at the workspace's state (the joints'
+    armature takes ``armature * qdd`` of it)."""
+    return generalized_forces(model, ws, body_forces(model, ws, qdd, f_ext)) + model.armature * qdd
 
 
 def bias_forces(model, ws, f_ext=None):

@@ -338,7 +338,7 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         ws = kinematics(model, q, qd)
-        kinetic = tree.kinetic_energy_ws(ws)
+        kinetic = tree.kinetic_energy_ws(ws) + tree.rotor_energy(model, qd)
         out = {"energy": kinetic + tree.potential_energy_ws(model, ws, q), "kinetic_energy": kinetic}
         if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
             out["energy"] = out["energy"] + self.potential_fn(q, params["forcing"])
@@ -380,8 +380,8 @@ def _restore_momentum(model, q, qd, target):
     """Give the whole system the rigid velocity that restores its total momentum.
 
     Correcting positions at fixed ``qd`` changes the momentum slightly (the Jacobians
-    move); a uniform spatial velocity added to the free root moves every body rigidly, so
-    it keeps the closures' velocity constraints and, solved against the system's
+    move); a uniform spatial velocity added to every free root moves every body rigidly,
+    so it keeps the closures' velocity constraints and, solved against the system's
     composite inertia, puts back exactly the momentum the free-flying system had before
     the projection.
     """
@@ -389,5 +389,7 @@ def _restore_momentum(model, q, qd, target):
     dh = target - tree.spatial_momentum_ws(ws)       # world axes, about the world origin
     Ic = jnp.sum(ws.inertia, 0)                       # the whole system, world origin
     dv = jnp.linalg.solve(Ic, dh)                     # rigid velocity, world-origin coords
-    s, e = model.body_slices[0]
-    return qd.at[s:e].add(sp.xform_motion(ws.rot[0], ws.pos[0], dv))
+    for b in model.free_roots:
+        s, e = model.body_slices[b]
+        qd = qd.at[s:e].add(sp.xform_motion(ws.rot[b], ws.pos[b], dv))
+    return qd

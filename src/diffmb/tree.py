@@ -148,8 +148,15 @@ def joint_forces(model: Model, q, qd):
 
 
 def kinetic_energy_ws(ws):
-    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12) from a workspace."""
+    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12) from a workspace: the
+    bodies' share (add :func:`rotor_energy` for the joints' armature)."""
     return 0.5 * jnp.sum(ws.vel * sp.mv(ws.inertia, ws.vel))
+
+
+def rotor_energy(model: Model, qd):
+    """``1/2 sum_j armature_j qd_j^2``: the kinetic energy of the joints' armature (the
+    rotor inertia MuJoCo adds to the mass matrix's diagonal)."""
+    return 0.5 * jnp.sum(model.armature * qd * qd)
 
 
 def potential_energy_ws(model: Model, ws, q):
@@ -161,9 +168,9 @@ def potential_energy_ws(model: Model, ws, q):
 
 
 def kinetic_energy(model: Model, q, qd):
-    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12)."""
+    """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12), plus the armature's."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
-    return kinetic_energy_ws(kinematics(model, q, qd))
+    return kinetic_energy_ws(kinematics(model, q, qd)) + rotor_energy(model, qd)
 
 
 def potential_energy(model: Model, q):
@@ -176,7 +183,7 @@ def energy(model: Model, q, qd):
     """Total mechanical energy (eq. 14)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     ws = kinematics(model, q, qd)
-    return kinetic_energy_ws(ws) + potential_energy_ws(model, ws, q)
+    return kinetic_energy_ws(ws) + rotor_energy(model, qd) + potential_energy_ws(model, ws, q)
 
 
 def center_of_mass_ws(model: Model, ws):
