@@ -4,7 +4,12 @@ A scenario's own ``--set`` names (``K``, ``c``, ``hub_mass``, ...) are numbers i
 turns into a System. Besides them, any System whose params hold a tree ``model`` accepts
 
 ``K.<coordinate>``, ``c.<coordinate>``, ``rest.<coordinate>``
-    that joint's stiffness, damping or spring rest angle only (e.g. ``K.theta_j``)
+    that joint's stiffness, damping or spring rest angle only (e.g. ``K.theta_j``); also
+    spelled as a model file names them: ``stiffness.<joint>``, ``damping.<joint>``, and
+    ``armature.<joint>`` (the joint's rotor inertia)
+``mass.<body>``
+    that body's mass (its inertia about its centre of mass stays, as in MuJoCo's
+    ``body_mass``)
 ``inertia_scale``
     the mass and inertia of every body but the root, scaled together (1: as built)
 
@@ -27,12 +32,15 @@ import jax
 import jax.numpy as jnp
 
 #: ``K.<coordinate>`` etc.: the tree model's per-coordinate field each prefix addresses
-JOINT_FIELDS = {"K": "stiffness", "c": "damping", "rest": "rest"}
+JOINT_FIELDS = {"K": "stiffness", "c": "damping", "rest": "rest",
+                "stiffness": "stiffness", "damping": "damping", "armature": "armature"}
+#: ``mass.<body>``: the tree model's per-body field each prefix addresses
+BODY_FIELDS = {"mass": "mass"}
 #: ``tape.<field>.<coordinate>``, ``stop.<field>.<coordinate>``: the hinge models' groups
 HINGE_GROUPS = ("tape", "stop")
 #: the spellings, for messages
-FORMS = ("K.<coordinate>", "c.<coordinate>", "rest.<coordinate>", "inertia_scale",
-         "tape.<field>.<hinge>", "stop.<field>.<hinge>")
+FORMS = ("K.<coordinate>", "c.<coordinate>", "rest.<coordinate>", "stiffness.<joint>", "damping.<joint>",
+         "armature.<joint>", "mass.<body>", "inertia_scale", "tape.<field>.<hinge>", "stop.<field>.<hinge>")
 
 
 def is_coordinate_param(name: str) -> bool:
@@ -40,7 +48,7 @@ def is_coordinate_param(name: str) -> bool:
     head, dot, rest = name.partition(".")
     if name == "inertia_scale":
         return True
-    if dot and head in JOINT_FIELDS:
+    if dot and (head in JOINT_FIELDS or head in BODY_FIELDS):
         return True
     key, dot2, coord = rest.partition(".")
     return head in HINGE_GROUPS and bool(dot2) and bool(key) and "." not in coord
@@ -58,7 +66,13 @@ def _locate(name: str, system, params) -> tuple:
     ``path`` is ``("model", field)`` or ``("forcing", group, key)``. ValueError naming the
     coordinates, hinges or fields that exist when the name addresses none of them."""
     head, _, rest = name.partition(".")
-    names = list(_model(name, params).coordinate_names)
+    model = _model(name, params)
+    if head in BODY_FIELDS:
+        bodies = list(model.body_names)
+        if rest not in bodies:
+            raise ValueError(f"parameter {name!r}: no body {rest!r}; bodies: {', '.join(bodies)}")
+        return ("model", BODY_FIELDS[head]), bodies.index(rest)
+    names = list(model.coordinate_names)
     if head in JOINT_FIELDS:
         if rest not in names:
             raise ValueError(f"parameter {name!r}: no coordinate {rest!r}; coordinates: {', '.join(names)}")

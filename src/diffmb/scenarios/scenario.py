@@ -15,7 +15,8 @@ from .. import coordinate_params
 NONNEGATIVE = re.compile(
     r"^(K|k|c|m|l|a|b|alpha|beta|mu|EI)\d*$"  # bare names and numbered ones (K7, m2, l1)
     r"|^(K|k|c)_|_(k|c|K)$|^ts_(K|Mpeak|Mplat|damping)$"  # K_col, k_t, c_r, stop_k, stop_c
-    r"|mass|density|damping|zeta|rho|inertia|length|radius|width|EI_|string_E|^side$|^gap$|_mu$|^hub_i|payload|^wn_"
+    r"|mass|density|damping|stiffness|armature|zeta|rho|inertia|length|radius|width|EI_|string_E|^side$|^gap$"
+    r"|_mu$|^hub_i|payload|^wn_"
     r"|^M_(peak|plateau)"  # a tape spring's moments, per hinge: tape.M_peak.theta_j
 )
 
