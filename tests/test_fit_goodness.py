@@ -100,7 +100,7 @@ def test_residual_panels_give_each_sensors_test(fits):
     res, _, data = out[5e-4]
     fig = fit_figure(res, [Record(data)], sensors)
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert any(t.startswith("rms") and "x noise" in t and t.endswith("FAILS") for t in texts)  # the gyro
+    assert any(t.startswith("rms") and "\u03c3, \u03c7\u00b2/dof" in t and t.endswith("FAILS") for t in texts)  # the gyro
     assert sum(t.endswith("FAILS") for t in texts) == 1  # not the encoder
 
 

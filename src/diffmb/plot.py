@@ -406,7 +406,7 @@ def fit_figure(result, records, sensors, title: str | None = None):
 def _gof_text(test: dict, records: int) -> str:
     """A sensor's goodness of fit for its residual panel (over every record)."""
     where = " (all records)" if records > 1 else ""
-    return (f" = {test['rms_over_noise']:.2g}x noise; chi\u00b2/dof {test['reduced_chi2']:.3g}, "
+    return (f" = {test['rms_over_noise']:.2g}\u03c3, \u03c7\u00b2/dof {test['reduced_chi2']:.3g}, "
             f"{p_text(test['p'])}{where}" + ("" if test["passed"] else " FAILS"))
 
 
