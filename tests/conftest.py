@@ -15,22 +15,24 @@ import shutil
 import tempfile
 
 # One persistent XLA compilation cache for the whole test session, in a temporary folder
-# that the process which made it removes at exit. It is set in the environment, before
-# JAX is imported, so the subprocesses the tests start (the CLI, sharded sweeps) and
-# pytest-xdist's workers share it: a program compiled once is read back everywhere else.
+# that the process which made it removes at exit (or the folder DIFFMB_TEST_JAX_CACHE
+# names, kept: `.ci/run` gives both of its jobs one, so the slow job reads back what the
+# default job compiled). It is set in the environment, before JAX is imported, so the
+# subprocesses the tests start (the CLI, sharded sweeps) and pytest-xdist's workers share
+# it: a program compiled once is read back everywhere else.
 # EQX_ON_ERROR=nan: equinox's runtime checks inside diffrax (t1 > t0, increasing save
 # times: diffmb validates both in Python before tracing) would otherwise be host
 # callbacks, and a program with a host callback is never written to the cache.
-if "DIFFMB_TEST_JAX_CACHE" not in os.environ:
+if not os.environ.get("DIFFMB_TEST_JAX_CACHE"):
     _cache = tempfile.mkdtemp(prefix="diffmb-test-jax-cache-")
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
-    os.environ.update({
-        "DIFFMB_TEST_JAX_CACHE": _cache,
-        "JAX_COMPILATION_CACHE_DIR": _cache,
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-        "EQX_ON_ERROR": "nan",
-    })
+    os.environ["DIFFMB_TEST_JAX_CACHE"] = _cache
+os.environ.update({
+    "JAX_COMPILATION_CACHE_DIR": os.environ["DIFFMB_TEST_JAX_CACHE"],
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    "EQX_ON_ERROR": "nan",
+})
 
 import diffmb  # noqa: E402,F401  (first: sets XLA flags before JAX initialises its backend)
 import jax  # noqa: E402
