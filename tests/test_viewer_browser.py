@@ -25,15 +25,22 @@ SHOTS = Path(__file__).resolve().parents[1] / "out" / "viewer-tests"
 BACKGROUND = np.array([238, 240, 243])
 
 
+RUNS = {"fold-4panel": lambda d: fold_run(d / "fold-4panel.npz"), "arm": arm_run,
+        "tbar": lambda d: tbar_run(d / "tbar.npz"), "sail": lambda d: sail_run(d / "sail.npz")}
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
+    """``pages[name]``: ``(page path, scene)``, each made when a test first asks for it."""
     d = tmp_path_factory.mktemp("pages")
-    out = {}
-    for name, path in (("fold-4panel", fold_run(d / "fold-4panel.npz")), ("arm", arm_run(d)),
-                       ("tbar", tbar_run(d / "tbar.npz")), ("sail", sail_run(d / "sail.npz"))):
-        sc = scene_of(saved.load(path))
-        out[name] = (write(sc, d / f"{name}.html"), sc)
-    return out
+
+    class Pages(dict):
+        def __missing__(self, name):
+            sc = scene_of(saved.load(RUNS[name](d)))
+            self[name] = (write(sc, d / f"{name}.html"), sc)
+            return self[name]
+
+    return Pages()
 
 
 @pytest.fixture(scope="module")
