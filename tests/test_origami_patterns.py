@@ -157,6 +157,28 @@ def test_fold_dict_masses_root_and_fold_fraction():
     assert len(load_fold(json.dumps(d3)).panels) == 4
 
 
+def test_a_fold_files_own_crease_stiffness_and_damping():
+    """``diffmb:edges_stiffness`` / ``diffmb:edges_damping``: where the file gives a
+    crease's numbers they are its hinge's; ``null`` and creases of files without them take
+    the arguments; negative values and lists of the wrong length are named."""
+    d = square_map()
+    n = len(d["edges_vertices"])
+    d["diffmb:edges_stiffness"] = [None] * n
+    d["diffmb:edges_stiffness"][9] = 0.5
+    d["diffmb:edges_damping"] = [0.0] * n
+    d["diffmb:edges_damping"][10] = 0.02
+    p = load_fold(d, stiffness=0.01, damping=0.003)
+    got = {c.name: (c.stiffness, c.damping) for c in p.creases}
+    assert got == {"e8": (0.01, 0.0), "e9": (0.5, 0.0), "e10": (0.01, 0.02), "e11": (0.01, 0.0)}
+    bad = copy.deepcopy(d)
+    bad["diffmb:edges_damping"][10] = -1.0
+    with pytest.raises(ValueError, match=r"diffmb:edges_damping\[10\]: expected a non-negative number"):
+        load_fold(bad)
+    bad["diffmb:edges_damping"] = [0.0] * (n - 1)
+    with pytest.raises(ValueError, match=f"diffmb:edges_damping: {n - 1} entries for {n} edges_vertices"):
+        load_fold(bad)
+
+
 def test_flat_edges_weld_faces_into_one_panel():
     """Square f0 split into two triangles by an F diagonal + square f2 hinged to it."""
     d = {

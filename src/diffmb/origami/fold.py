@@ -16,6 +16,12 @@ FOLD (https://github.com/edemaine/fold) is JSON. What :func:`load_fold` reads:
   (positive lifts a panel towards ``+z``, the side the counter-clockwise faces face), so
   the angle is used as it is, in radians. A sign that contradicts ``M``/``V`` is rejected.
 
+* ``diffmb:edges_stiffness`` [N m/rad] and ``diffmb:edges_damping`` [N m s/rad]
+  (optional; FOLD's namespaced custom fields): a crease's own hinge numbers, where the
+  file gives them (``null`` entries, and creases of files without them, take the
+  ``stiffness``/``damping`` arguments); non-negative, the same on collinear segments of
+  one hinge.
+
 Conventions chosen here:
 
 * ``F`` (flat) edges are *welded*: the faces they join are merged into one rigid panel
@@ -288,6 +294,8 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
                 raise ValueError(f"edges_vertices[{i}]: {a} crease inside one panel "
                                  "(its faces are welded by F edges)")
             by_pair[frozenset((pa, pb))].append(i)
+    own = {key: _per_edge(data, f"diffmb:edges_{key}", len(edges_raw), default)
+           for key, default in (("stiffness", stiffness), ("damping", damping))}
     creases = []
     for pair, idx in sorted(by_pair.items(), key=lambda kv: kv[1][0]):
         i0 = idx[0]
@@ -310,9 +318,31 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
             if side * face_side <= 0:
                 raise ValueError(f"edges_vertices[{i0}]: the centre of mass of panel {name!r} does not lie "
                                  "on its side of the crease (non-convex panel); the hinge sign is ambiguous")
-        creases.append(Crease(a_name, b_name, p1, p2, angles[i0], float(stiffness), float(damping),
+        for key, values in own.items():
+            if any(values[i] != values[i0] for i in idx):
+                raise ValueError(f"diffmb:edges_{key}[{i0}]: collinear creases {idx} between the same panels "
+                                 f"(one hinge) have different values {[values[i] for i in idx]}")
+        creases.append(Crease(a_name, b_name, p1, p2, angles[i0], own["stiffness"][i0], own["damping"][i0],
                               name=f"e{i0}"))
     return CreasePattern(list(panels.values()), creases, root=root_name)
+
+
+def _per_edge(data, key, n, default) -> list:
+    """Per-edge non-negative numbers of the optional list ``key`` (``null``: ``default``)."""
+    raw = _list(data, key, required=False)
+    if raw is None:
+        return [float(default)] * n
+    if len(raw) != n:
+        raise ValueError(f"{key}: {len(raw)} entries for {n} edges_vertices")
+    out = []
+    for i, v in enumerate(raw):
+        if v is None:
+            out.append(float(default))
+        elif not _number(v) or v < 0:
+            raise ValueError(f"{key}[{i}]: expected a non-negative number or null, got {v!r}")
+        else:
+            out.append(float(v))
+    return out
 
 
 # --------------------------------------------------------------------------- geometry
