@@ -347,3 +347,51 @@ def test_a_fold_file_run_is_shown_as_origami(tmp_path):
     assert s.kind == "origami" and s.info["panels"] == 9 and s.info["cut creases"] == 4
     gap = {q.name: q for q in s.quantities}["closure violation (cut-crease gap)"].values
     assert np.nanmax(gap) < 1e-9  # the file's partly folded state closes
+
+
+def _tetra_stl(path, binary=True):
+    import struct
+
+    tri = np.array([[[0, 0, 0], [1, 0, 0], [0, 1, 0]], [[0, 0, 0], [0, 0, 1], [1, 0, 0]],
+                    [[0, 0, 0], [0, 1, 0], [0, 0, 1]], [[1, 0, 0], [0, 0, 1], [0, 1, 0]]], float)
+    if binary:
+        body = b"".join(struct.pack("<12fH", 0, 0, 0, *t.reshape(-1), 0) for t in tri)
+        path.write_bytes(b"\0" * 80 + struct.pack("<I", len(tri)) + body)
+    else:
+        facets = "".join("facet normal 0 0 0\n outer loop\n" + "".join(f"  vertex {x} {y} {z}\n" for x, y, z in t)
+                         + " endloop\nendfacet\n" for t in tri)
+        path.write_text(f"solid tetra\n{facets}endsolid tetra\n")
+    return tri
+
+
+def test_urdf_stl_meshes(tmp_path):
+    from diffmb import scenarios
+    from diffmb.viewer.visuals import file_visuals
+
+    pkg = tmp_path / "my_robot" / "meshes"
+    pkg.mkdir(parents=True)
+    tri = _tetra_stl(pkg / "upper.stl")
+    _tetra_stl(tmp_path / "my_robot" / "fore.stl", binary=False)
+    urdf = tmp_path / "my_robot" / "urdf" / "arm.urdf"
+    urdf.parent.mkdir()
+    xml = (tests_dir() / "viewer_runs.py").read_text().split('ARM_URDF = """', 1)[1].split('"""', 1)[0]
+    xml = xml.replace('<geometry><box size="0.5 0.05 0.05"/></geometry>',
+                      '<geometry><mesh filename="package://my_robot/meshes/upper.stl" scale="2 2 2"/></geometry>')
+    xml = xml.replace('<geometry><cylinder radius="0.025" length="0.4"/></geometry>',
+                      '<geometry><mesh filename="../fore.stl"/></geometry>')
+    urdf.write_text(xml)
+    sc = scenarios.get(str(urdf))
+    system, _, _ = sc.make({})
+    vis, notes = file_visuals(str(urdf), list(system.body_names), system.model)
+    upper, fore = vis["upper"][0], vis["fore"][0]
+    assert upper["type"] == "mesh" and fore["type"] == "mesh" and notes == []
+    got = np.frombuffer(base64.b64decode(upper["triangles"]["b64"]), "<f4").reshape(-1, 3, 3)
+    assert np.allclose(got, 2 * tri) and np.allclose(upper["pos"], [0.25, 0, 0])
+    V, F = mesh.triangles({"primitives": [fore]})
+    assert V.shape == (12, 3) and F.shape == (4, 3)
+
+
+def tests_dir():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent

@@ -73,10 +73,9 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     names = list(system.body_names)
     poses = body_poses(system, run.params, xs)
     parents = _parents(system)
-    visuals = file_visuals(run.meta.get("model"), names, getattr(system, "model", None))
+    visuals, notes = file_visuals(run.meta.get("model"), names, getattr(system, "model", None))
     geometry = [{"polygons": [], "segments": [], "primitives": list(visuals.get(n, [])), "role": "link"}
                 for n in names]
-    notes = []
     if type(system).__name__ == "UKSystem":
         bodies = run.params["bodies"]
         for i in range(len(names)):

@@ -100,8 +100,11 @@ def _cylinder(r, length, n=16):
 
 
 def _primitive(pr):
-    kind, size = pr["type"], pr["size"]
-    if kind == "box":
+    kind, size = pr["type"], pr.get("size", [])
+    if kind == "mesh":
+        tri = np.frombuffer(base64.b64decode(pr["triangles"]["b64"]), "<f4").astype(float)
+        V, F = tri.reshape(-1, 3), np.arange(len(tri) // 3).reshape(-1, 3)
+    elif kind == "box":
         V, F = _box(size)
     elif kind == "sphere":
         V, F = _sphere(size[0])

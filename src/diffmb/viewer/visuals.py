@@ -1,7 +1,7 @@
 """Visual primitives of a model file, placed on the bodies of the built model.
 
-URDF: each link's ``<visual>`` with a ``box``, ``sphere`` or ``cylinder`` (meshes are not
-read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
+URDF: each link's ``<visual>`` with a ``box``, ``sphere``, ``cylinder`` or an STL
+``mesh`` (:mod:`.stl`; other mesh formats are not read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
 ``sphere``, ``cylinder`` or ``capsule`` (``size`` or ``fromto``; ``pos``, ``quat``).
 A link merged into its moving ancestor by a fixed joint brings its visuals to that body
 through the merged frame's placement (``Model.frame_*``); a fixed base's root link, and
@@ -9,7 +9,8 @@ links fixed to it, are drawn where they are in the world.
 
 A primitive: ``{"type", "size", "pos", "quat"}`` in the body frame; ``size`` is the
 box's full sides, the sphere's ``[radius]``, the cylinder's and capsule's
-``[radius, length]`` (of the cylindrical part, along the primitive's ``z``).
+``[radius, length]`` (of the cylindrical part, along the primitive's ``z``); a mesh has
+``triangles`` (packed float32, 9 numbers a triangle) instead.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from .scene import dcm_to_quat
+from . import stl
 from .saved import model_args
+from .scene import dcm_to_quat, packed
+
+#: Mesh triangles a page carries at most (about 1.8 MB); meshes beyond are left out.
+MAX_MESH_TRIANGLES = 50_000
 
 
 def _floats(text, n, default):
@@ -54,8 +59,9 @@ def _align_z(d: np.ndarray) -> np.ndarray:
 
 
 def _prim(kind, size, pos, R) -> dict:
-    return {"type": kind, "size": [float(s) for s in size], "pos": [float(p) for p in pos],
-            "quat": dcm_to_quat(np.asarray(R).T).tolist()}
+    shape = {"triangles": packed(np.asarray(size).reshape(-1, 9))} if kind == "mesh" else \
+        {"size": [float(s) for s in size]}
+    return {"type": kind, **shape, "pos": [float(p) for p in pos], "quat": dcm_to_quat(np.asarray(R).T).tolist()}
 
 
 def urdf_visuals(path) -> dict:
@@ -76,10 +82,23 @@ def urdf_visuals(path) -> dict:
                     size = [float(g.get("radius", 0))]
                 elif g.tag in ("cylinder", "capsule"):
                     size = [float(g.get("radius", 0)), float(g.get("length", 0))]
+                elif g.tag == "mesh":
+                    size = _mesh(g.get("filename", ""), path, _floats(g.get("scale"), 3, [1, 1, 1]))
+                    if size is None:
+                        continue
                 else:
                     continue
                 out.setdefault(link.get("name"), []).append((g.tag, size, pos, R))
     return out
+
+
+def _mesh(filename: str, model_path, scale) -> np.ndarray | None:
+    """The triangles of an STL mesh reference, scaled; ``None`` when it cannot be read."""
+    found = stl.find(filename, model_path) if filename.lower().endswith(".stl") else None
+    try:
+        return None if found is None else stl.read(found) * np.asarray(scale, float)
+    except (OSError, ValueError):
+        return None
 
 
 def mjcf_visuals(path) -> dict:
@@ -111,19 +130,20 @@ def mjcf_visuals(path) -> dict:
     return out
 
 
-def file_visuals(model: str | None, body_names, tree_model=None) -> dict:
-    """``{body name: [primitive, ...]}`` from the run's model file (empty when the run is
-    not from a URDF or MJCF file, or the file cannot be read); key ``None``: what is fixed
-    to the world (a URDF's fixed root link and links merged into it), in world axes."""
+def file_visuals(model: str | None, body_names, tree_model=None) -> tuple[dict, list]:
+    """``({body name: [primitive, ...]}, notes)`` from the run's model file (empty when the
+    run is not from a URDF or MJCF file, or the file cannot be read); key ``None``: what is
+    fixed to the world (a URDF's fixed root link and links merged into it), in world axes.
+    STL meshes are carried up to :data:`MAX_MESH_TRIANGLES` triangles in all."""
     if not isinstance(model, str):
-        return {}
+        return {}, []
     path = model_args(model)[0]
     try:
         found = urdf_visuals(path) if path.lower().endswith(".urdf") else (
             mjcf_visuals(path) if path.lower().endswith(".xml") else {})
     except (OSError, ET.ParseError, ValueError):
-        return {}
-    out = {}
+        return {}, []
+    out, budget, left_out = {}, MAX_MESH_TRIANGLES, 0
     frames = list(getattr(tree_model, "frame_names", ()) or ())
     for name, prims in found.items():
         if name in body_names:
@@ -138,5 +158,12 @@ def file_visuals(model: str | None, body_names, tree_model=None) -> dict:
         else:
             continue
         for kind, size, pos, R in prims:
+            if kind == "mesh":
+                if len(size) > budget:
+                    left_out += 1
+                    continue
+                budget -= len(size)
             out.setdefault(body, []).append(_prim(kind, size, r + E.T @ pos, E.T @ R))
-    return out
+    notes = [f"{left_out} meshes left out: a page carries at most {MAX_MESH_TRIANGLES:,} mesh triangles."] \
+        if left_out else []
+    return out, notes

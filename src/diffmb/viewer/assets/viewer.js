@@ -111,12 +111,16 @@
 
   function addPrimitive(b, pr) {
     let g;
-    const s = pr.size;
+    const s = pr.size || [];
     if (pr.type === "box") g = new THREE.BoxGeometry(s[0], s[1], s[2]);
     else if (pr.type === "sphere") g = new THREE.SphereGeometry(s[0], 16, 10);
     else if (pr.type === "cylinder") { g = new THREE.CylinderGeometry(s[0], s[0], s[1], 20); g.rotateX(Math.PI / 2); }
     else if (pr.type === "capsule") { g = new THREE.CapsuleGeometry(s[0], s[1], 6, 16); g.rotateX(Math.PI / 2); }
-    else return;
+    else if (pr.type === "mesh") {
+      g = new THREE.BufferGeometry();
+      g.setAttribute("position", new THREE.BufferAttribute(unpack(pr.triangles), 3));
+      g.computeVertexNormals();
+    } else return;
     const m = new THREE.Matrix4().compose(new THREE.Vector3(...(pr.pos || [0, 0, 0])),
       new THREE.Quaternion(...(pr.quat || [0, 0, 0, 1])), new THREE.Vector3(1, 1, 1));
     g.applyMatrix4(m);
