@@ -364,7 +364,7 @@ def _tetra_stl(path, binary=True):
     return tri
 
 
-def test_urdf_stl_meshes(tmp_path):
+def test_urdf_meshes(tmp_path):
     from diffmb import scenarios
     from diffmb.viewer.visuals import file_visuals
 
@@ -389,6 +389,12 @@ def test_urdf_stl_meshes(tmp_path):
     assert np.allclose(got, 2 * tri) and np.allclose(upper["pos"], [0.25, 0, 0])
     V, F = mesh.triangles({"primitives": [fore]})
     assert V.shape == (12, 3) and F.shape == (4, 3)
+    obj = tmp_path / "quad.obj"
+    obj.write_text("v 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nvn 0 0 1\nf 1//1 2//1 3//1 4//1\nf -4 -2 -1\n")
+    from diffmb.viewer.mesh_files import read
+
+    assert np.allclose(read(obj), [[[0, 0, 0], [1, 0, 0], [1, 1, 0]], [[0, 0, 0], [1, 1, 0], [0, 1, 0]],
+                                   [[0, 0, 0], [1, 1, 0], [0, 1, 0]]])
 
 
 def tests_dir():

@@ -1,7 +1,7 @@
 """Visual primitives of a model file, placed on the bodies of the built model.
 
-URDF: each link's ``<visual>`` with a ``box``, ``sphere``, ``cylinder`` or an STL
-``mesh`` (:mod:`.stl`; other mesh formats are not read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
+URDF: each link's ``<visual>`` with a ``box``, ``sphere``, ``cylinder`` or an STL or OBJ
+``mesh`` (:mod:`.mesh_files`; Collada is not read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
 ``sphere``, ``cylinder`` or ``capsule`` (``size`` or ``fromto``; ``pos``, ``quat``).
 A link merged into its moving ancestor by a fixed joint brings its visuals to that body
 through the merged frame's placement (``Model.frame_*``); a fixed base's root link, and
@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from . import stl
+from . import mesh_files
 from .saved import model_args
 from .scene import dcm_to_quat, packed
 
@@ -93,10 +93,11 @@ def urdf_visuals(path) -> dict:
 
 
 def _mesh(filename: str, model_path, scale) -> np.ndarray | None:
-    """The triangles of an STL mesh reference, scaled; ``None`` when it cannot be read."""
-    found = stl.find(filename, model_path) if filename.lower().endswith(".stl") else None
+    """The triangles of an STL or OBJ mesh reference, scaled; ``None`` when it cannot be
+    read."""
+    found = mesh_files.find(filename, model_path) if filename.lower().endswith(mesh_files.FORMATS) else None
     try:
-        return None if found is None else stl.read(found) * np.asarray(scale, float)
+        return None if found is None else mesh_files.read(found) * np.asarray(scale, float)
     except (OSError, ValueError):
         return None
 
@@ -134,7 +135,7 @@ def file_visuals(model: str | None, body_names, tree_model=None) -> tuple[dict, 
     """``({body name: [primitive, ...]}, notes)`` from the run's model file (empty when the
     run is not from a URDF or MJCF file, or the file cannot be read); key ``None``: what is
     fixed to the world (a URDF's fixed root link and links merged into it), in world axes.
-    STL meshes are carried up to :data:`MAX_MESH_TRIANGLES` triangles in all."""
+    STL and OBJ meshes are carried up to :data:`MAX_MESH_TRIANGLES` triangles in all."""
     if not isinstance(model, str):
         return {}, []
     path = model_args(model)[0]

@@ -1,9 +1,10 @@
-"""Triangle meshes a model file ships as STL (binary or ASCII), for the page.
+"""Triangle meshes a model file ships, for the page: STL (binary or ASCII) and Wavefront
+OBJ.
 
 :func:`find` resolves a URDF ``<mesh filename>`` (a path relative to the file,
 ``file://``, or ROS's ``package://name/...``, looked for in the folders above the file
-and beside them); :func:`read` returns the triangles. Other mesh formats (Collada,
-OBJ) are not read: their bodies keep their frames.
+and beside them); :func:`read` returns the triangles. Other formats (Collada) are not
+read: their bodies keep their frames.
 """
 
 from __future__ import annotations
@@ -31,9 +32,36 @@ def find(filename: str, model_path) -> Path | None:
     return p if p.is_file() else None
 
 
+FORMATS = (".stl", ".obj")
+
+
 def read(path) -> np.ndarray:
-    """``(T, 3, 3)`` triangles (vertices in the file's units) of an STL file (ValueError
-    when it is not one)."""
+    """``(T, 3, 3)`` triangles (vertices in the file's units) of an STL or OBJ file
+    (ValueError when it is neither)."""
+    return read_obj(path) if str(path).lower().endswith(".obj") else read_stl(path)
+
+
+def read_obj(path) -> np.ndarray:
+    """Triangles of a Wavefront OBJ file: its ``v`` vertices and ``f`` faces (polygons
+    split into fans; ``v/vt/vn`` and negative indices read)."""
+    verts, tris = [], []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "v" and len(parts) >= 4:
+            verts.append([float(x) for x in parts[1:4]])
+        elif parts[0] == "f" and len(parts) >= 4:
+            ids = [int(p.split("/")[0]) for p in parts[1:]]
+            ids = [i - 1 if i > 0 else len(verts) + i for i in ids]
+            tris += [(ids[0], ids[k], ids[k + 1]) for k in range(1, len(ids) - 1)]
+    if not tris:
+        raise ValueError(f"{path}: an OBJ file without faces")
+    return np.asarray(verts, float)[np.asarray(tris, int)]
+
+
+def read_stl(path) -> np.ndarray:
+    """Triangles of an STL file, binary or ASCII."""
     data = Path(path).read_bytes()
     if len(data) >= 84:
         (n,) = struct.unpack("<I", data[80:84])
