@@ -181,3 +181,16 @@ def test_workers_flag_starts_and_stops_a_local_cluster(tmp_path, case, capsys):
     rows = list(csv.DictReader(out.open()))
     assert [float(r["l"]) for r in rows] == [m["l"] for m in ref.members]
     assert [float(r["peak_hinge_rate"]) for r in rows] == [float(v) for v in ref.table["peak_hinge_rate"]]
+
+
+def test_a_chunk_out_far_longer_than_the_others_gets_a_second_copy_on_an_idle_worker():
+    """Once every chunk is handed out: chunk 7, out for 30 s where chunks take 2 s, is run
+    again on the idle worker; chunk 8 (1 s) is not, nor a chunk already copied, nor any
+    while both workers are busy or before a chunk has come back."""
+    f = {n: object() for n in (7, 8, 9)}
+    started = {f[7]: 0.0, f[8]: 29.0, f[9]: 0.0}
+    pending = {f[7]: 7, f[8]: 8}
+    assert distributed.stragglers(pending, started, [2.0, 2.1, 1.9], set(), 3, 30.0) == [7]
+    assert distributed.stragglers(pending, started, [2.0, 2.1, 1.9], {7}, 3, 30.0) == []
+    assert distributed.stragglers(pending, started, [2.0, 2.1, 1.9], set(), 2, 30.0) == []
+    assert distributed.stragglers(pending, started, [], set(), 3, 30.0) == []

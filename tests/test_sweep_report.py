@@ -79,3 +79,28 @@ def test_a_part_reads_back_as_the_metrics_it_was_written_from(tmp_path):
     assert sweep_store.finished(tmp_path / "s") == [2]
     table = sweep_store.read_table(tmp_path / "s")
     assert list(table["member"]) == [4, 5] and list(table["K"]) == [0.1, 0.2]
+
+
+def test_columns_hold_what_rows_hold_without_a_row_per_member():
+    """The columns (what the table, the summary and the figures read) equal ``rows()``:
+    parameter values, status names (suspect where a conserved quantity jumped), and the
+    drift NaN where the member's physics does not conserve it."""
+    from diffmb.batch import SweepResult
+
+    res = SweepResult(table={"status": np.array([0, 0, 2, 0], np.int32), "t_final": np.array([1.0, 1.0, 0.3, 1.0]),
+                             "energy_drift": np.array([1e-9, 0.2, np.nan, 1e-8]),
+                             "energy_jump": np.array([0.0, 0.0, 0.0, 0.5])},
+                      batch=4, t1=1.0, wall_s=1.0, compile_s=0.0, devices=1, chunks=1,
+                      members=[{"K": 0.1 * i, "c": 0.01} for i in range(4)],
+                      conserved=[("energy",), (), ("energy",), ("energy",)], index=[4, 5, 6, 7])
+    cols = sweep_report.columns(res)
+    rows = res.rows()
+    assert list(cols) == ["member"] + list(rows[0])
+    assert list(cols["member"]) == [4, 5, 6, 7] and list(cols["status"]) == ["success", "success", "diverged", "suspect"]
+    for k in rows[0]:
+        want = [r[k] for r in rows]
+        if k == "status":
+            assert list(cols[k]) == want
+        else:
+            assert np.array_equal(cols[k], np.array(want, float), equal_nan=True), k
+    assert np.isnan(cols["energy_drift"][1])  # member 5 is damped: its energy change is not drift

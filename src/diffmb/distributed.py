@@ -10,7 +10,10 @@ part of the params, a few kB; unpickled and compiled once per worker process and
 the sweep's later chunks) and its chunk's slice of the params.
 
 A worker that dies (a killed process, a lost node) loses only the chunk it was running:
-the scheduler hands that chunk to another worker, and the driver writes every chunk as it
+the scheduler hands that chunk to another worker; and once every chunk is handed out, a
+chunk out for much longer than the others (:func:`stragglers`: its worker's replacement
+still compiling, a slow node) gets a second copy on an idle worker, the first result to
+come back counting (both are the same numbers). The driver writes every chunk as it
 arrives (``on_chunk``, :mod:`diffmb.sweep_store`), so a driver that dies loses nothing
 finished either. At most ``2 x workers + 2`` chunks are queued at a time, so a sweep of
 a million members never holds its whole params on the scheduler, and Ctrl-C (``stop``)
@@ -101,6 +104,28 @@ def _run_task(token, job, dtype, dyn_chunk, x0_chunk):
     return out, compile_s, time.perf_counter() - tic - compile_s, _worker_id(), code_fingerprint()
 
 
+#: a chunk out for longer than this many times the median chunk (plus :data:`SLACK_S`)
+#: while a worker is idle and no chunk is left to hand out gets a second copy
+STRAGGLER = 2.0
+SLACK_S = 1.0
+
+
+def stragglers(pending: dict, started: dict, runs: list, backed: set, workers: int, now: float) -> list:
+    """The chunks to run a second copy of: when every chunk has been handed out (``pending``:
+    future -> chunk, ``started``: future -> when it was submitted) and fewer chunks are out
+    than there are ``workers``, those out for longer than :data:`STRAGGLER` times the
+    median of the chunk times ``runs`` so far (oldest first, at most one per idle worker,
+    none twice: ``backed``). A chunk whose worker died and whose replacement is still
+    starting (importing JAX, compiling) is one; so is a chunk on a slow node."""
+    out_now = set(pending.values())
+    idle = workers - len(out_now)
+    if idle <= 0 or not runs:
+        return []
+    limit = STRAGGLER * float(np.median(runs)) + SLACK_S
+    old = sorted((started[f], n) for f, n in pending.items() if n not in backed and now - started[f] > limit)
+    return list(dict.fromkeys(n for _, n in old))[:idle]
+
+
 def _worker_id():
     try:
         from distributed import get_worker
@@ -189,28 +214,27 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
         from tqdm.auto import tqdm
 
         bar = tqdm(total=B, initial=sum(len(p["status"]) for p in pieces.values()), desc="sweep", unit="member")
-    pending, seen, other, compile_s = {}, set(), set(), 0.0
+    pending, started, seen, other, runs, backed = {}, {}, set(), set(), [], set()
+    compile_s = 0.0
 
-    def submit():
-        n = next(todo, None)
-        if n is None:
-            return False
+    def submit(n, key):
         idx, _ = chunk_members(n, chunk, B)
-        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx],
-                          key=f"diffmb-chunk-{run}-{n}", pure=False)
-        pending[f] = n
-        return True
+        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], key=key, pure=False)
+        pending[f], started[f] = n, time.perf_counter()
 
     client.run(importlib.import_module, __name__)  # every worker imports JAX and diffmb before the clock starts
     tic = time.perf_counter()
     interrupted = False
     try:
         while True:
-            window = 2 * max(len(client.scheduler_info().get("workers", {})), 1) + 2
-            while len(pending) < window and submit():
-                pass
+            workers = max(len(client.scheduler_info().get("workers", {})), 1)
+            while len(pending) < 2 * workers + 2 and (n := next(todo, None)) is not None:
+                submit(n, f"diffmb-chunk-{run}-{n}")
             if not pending:
                 break
+            for n in stragglers(pending, started, runs, backed, workers, time.perf_counter()):
+                backed.add(n)  # a second copy, for an idle worker: the first result to come back counts
+                submit(n, f"diffmb-chunk-{run}-{n}-again")
             if stop is not None and stop():
                 interrupted = True
                 break
@@ -219,15 +243,24 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
             except TimeoutError:
                 continue
             for f in finished:
+                if f not in pending:  # the other copy of a chunk that has just been taken
+                    continue
                 n = pending.pop(f)
-                out, took, _, worker, theirs = f.result()  # a chunk that raised raises here
+                started.pop(f)
+                out, took, ran, worker, theirs = f.result()  # a chunk that raised raises here
                 f.release()  # the worker may drop it now
+                twins = [g for g, m in pending.items() if m == n]
+                if twins:
+                    client.cancel(twins)
+                    for g in twins:
+                        pending.pop(g), started.pop(g)
                 if theirs != code and theirs not in other:
                     other.add(theirs)
                     warnings.warn(f"worker {worker} runs other diffmb source files ({theirs}) than this "
                                   f"process ({code}): install the same diffmb everywhere, or its numbers "
                                   f"may differ", stacklevel=2)
                 compile_s = max(compile_s, took)
+                runs.append(ran)
                 seen.add(worker)
                 real = chunk_members(n, chunk, B)[1]
                 pieces[n] = {k: v[real] for k, v in out.items()}

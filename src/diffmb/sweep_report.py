@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .batch import METRICS, SweepResult
+from .batch import _DRIFT, METRICS, SweepResult
 
 #: statuses a reader should look at
 FLAGGED = ("diverged", "suspect", "max_steps")
@@ -30,14 +30,22 @@ DEFAULT_METRICS = ("time_to_final", "time_to_flat", "energy_dissipated", "peak_h
 
 
 def columns(res: SweepResult) -> dict:
-    """The result's table as columns: ``member``, its parameter values, ``status`` (names)
-    and every metric (drifts NaN where the member's physics does not conserve the
-    quantity, as in ``rows``)."""
-    rows = res.rows()
+    """The result's table as columns, the same values as :meth:`SweepResult.rows` without
+    a Python row per member: ``member``, its parameter values, ``status`` (names) and every
+    metric (drifts NaN where the member's physics does not conserve the quantity)."""
+    n = res.batch
     out = {"member": res.member_index().astype(np.int64)}
-    for k in (rows[0] if rows else {}):
-        vals = [r[k] for r in rows]
+    for k in (res.members[0] if res.members else {}):
+        vals = [m[k] for m in res.members]
         out[k] = np.asarray(vals, dtype=object if isinstance(vals[0], str) else float)
+    for k in sorted(res.table, key=lambda k: list(METRICS).index(k) if k in METRICS else len(METRICS)):
+        out[k] = (np.asarray(res.statuses(), dtype=object) if k == "status"
+                  else np.array(res.table[k], dtype=float))
+    if res.conserved:
+        for q, col in _DRIFT.items():
+            if col in out:
+                kept = np.array([i >= len(res.conserved) or q in res.conserved[i] for i in range(n)], bool)
+                out[col][~kept] = np.nan
     return out
 
 

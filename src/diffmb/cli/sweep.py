@@ -19,6 +19,8 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .. import _config, scenarios, sweep_report, sweep_store
 from ..batch import (METRICS, _devices, chunk_members, chunk_size, conserved_by_member, default_chunk,
                      member_values, n_chunks, scenario_batch, sweep)
@@ -100,7 +102,10 @@ def _engine(args):
 
 def store_settings(sc, args, st, ranges, fixed, members, chunk) -> dict:
     """What decides a sweep's numbers, as the store keeps it (``--resume`` compares it)."""
-    digest = hashlib.sha1(json.dumps(members, sort_keys=True).encode()).hexdigest()
+    h = hashlib.sha1()
+    for m in members:  # one member at a time: a million members need no million-member string
+        h.update(json.dumps(m, sort_keys=True).encode())
+    digest = h.hexdigest()
     return {"scenario": sc.name, "stabilization": args.stabilization, "fixed": fixed,
             "ranges": {k: list(r) for k, r in ranges.items()}, "sample": args.sample, "seed": args.seed,
             "batch": len(members), "members_sha1": digest, **st, "chunk": chunk,
@@ -193,8 +198,8 @@ def main(args) -> int:
         metric = sweep_report.pick_metric(cols, args.metric)
         plotted = sweep_report.plot(cols, args.plot, swept=list(ranges), metric=metric,
                                     grid=args.sample == "grid", title=f"{sc.name}: {metric}")
-    obj = {"scenario": sc.name, **res.to_json(), "flagged": report["flagged"]}
-    lines = _table_lines(res) if res.batch else []
+    obj = {"scenario": sc.name, **res.to_json(), "flagged": report["flagged"]} if args.json is not None else None
+    lines = _table_lines(cols) if res.batch else []
     where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} device(s)"
     ran = res.batch - res.resumed
     if ran:
@@ -226,27 +231,23 @@ def main(args) -> int:
     return 0
 
 
-def _table_lines(res):
-    rows = res.rows()
-    keys, empty = _shown(rows)
-    head = "  ".join(f"{k:>14}" for k in keys)
-    lines = [head] + ["  ".join(f"{_cell(r[k]):>14}" for k in keys) for r in rows[:20]]
-    if len(rows) > 20:
-        lines.append(f"  ... {len(rows) - 20} more members")
+def _table_lines(cols, n=20):
+    """The first ``n`` members' rows of the table ``cols`` (its columns worth a reader's
+    look: the members' values, then every metric that is a number for some member;
+    ``--csv``/``--json``/``--table`` keep all of them), and the legend."""
+    keys = [k for k in cols if k != "member"]
+    empty = [k for k in keys if k in METRICS and k != "status" and not np.any(np.isfinite(cols[k]))]
+    keys = [k for k in keys if k not in empty]
+    size = len(cols["member"])
+    lines = ["  ".join(f"{k:>14}" for k in keys)]
+    lines += ["  ".join(f"{_cell(cols[k][i]):>14}" for k in keys) for i in range(min(n, size))]
+    if size > n:
+        lines.append(f"  ... {size - n} more members")
     lines += [f"  {k}: {METRICS[k]}" for k in keys if k in METRICS]
     if empty:
         lines.append(f"  not shown, NaN for every member: {', '.join(empty)} "
                      f"({'; '.join(_why(k) for k in empty)})")
     return lines
-
-
-def _shown(rows):
-    """The columns worth a reader's look: the members' values, then every metric that
-    is a number for some member (``--csv``/``--json`` keep all of them)."""
-    keys = list(rows[0])
-    empty = [k for k in keys if k in METRICS and k != "status"
-             and all(isinstance(r[k], float) and math.isnan(r[k]) for r in rows)]
-    return [k for k in keys if k not in empty], empty
 
 
 def _why(key):
@@ -259,4 +260,5 @@ def _why(key):
 def _cell(v):
     if isinstance(v, str):
         return v
+    v = float(v)
     return "nan" if not math.isfinite(v) else f"{v:.6g}"
