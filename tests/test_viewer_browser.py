@@ -1,5 +1,6 @@
 """The viewer's pages in a real browser: headless Chromium (``.ci/run`` installs it when
-absent) driven by selenium. For fold-4panel, a URDF arm and the T-bar: the page opens
+absent) driven by selenium. For fold-4panel, a URDF arm (a two-link one of primitives, and
+example-robot-data's xArm7 with its STL meshes) and the T-bar: the page opens
 offline, draws its first frame without console errors, the canvas is not blank, the
 legend and the time read out the expected values, and scrubbing to the end changes the
 picture (and the same for a flexible solar sail); the page loads no resource at all.
@@ -16,7 +17,8 @@ import pytest
 from browser import canvas_pixels, chromium_available, console_errors, open_page, wait_rendered
 from diffmb.viewer import saved, scene_of
 from diffmb.viewer.page import write
-from viewer_runs import arm_run, fold_run, sail_run, tbar_run
+from robots import robot_urdfs
+from viewer_runs import arm_run, fold_run, robot_run, sail_run, tbar_run
 
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="chromium / chromedriver not installed "
                                 "(.ci/run installs them)")
@@ -26,7 +28,8 @@ BACKGROUND = np.array([238, 240, 243])
 
 
 RUNS = {"fold-4panel": lambda d: fold_run(d / "fold-4panel.npz"), "arm": arm_run,
-        "tbar": lambda d: tbar_run(d / "tbar.npz"), "sail": lambda d: sail_run(d / "sail.npz")}
+        "tbar": lambda d: tbar_run(d / "tbar.npz"), "sail": lambda d: sail_run(d / "sail.npz"),
+        "xarm7": lambda d: robot_run(d, next(p for p in robot_urdfs() if p.name == "xarm7.urdf"))}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def _shown(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-@pytest.mark.parametrize("name", ["fold-4panel", "arm", "tbar", "sail"])
+@pytest.mark.parametrize("name", ["fold-4panel", "arm", "xarm7", "tbar", "sail"])
 def test_page_draws_scrubs_and_reads_out(pages, drv, name):
     path, sc = pages[name]
     open_page(drv, path)

@@ -108,3 +108,17 @@ def sail_run(path, t1=1.0, n=21):
     xs[:, names.index("sail_eta1")] = 0.1 * ts / t1
     xs[:, names.index("sail_sigma3")] = 0.2 * ts / t1
     return save_run(path, "solar-sail-slew", system, xs, ts, values, sc.stabilization)
+
+
+def robot_run(folder, urdf, t1=2.0, n=41):
+    """A robot file's joints turning by up to 0.6 rad (``urdf``: e.g. one of
+    ``tests/robots.py``'s ``robot_urdfs()``)."""
+    sc = scenarios.get(str(urdf))
+    system, params, values = sc.make({})
+    x0 = np.asarray(system.init_state(params), float)
+    ts = np.linspace(0.0, t1, n)
+    xs = np.repeat(x0[None], n, 0)
+    nq = len(system.coordinate_names)
+    xs[:, :nq] += 0.6 * np.sin(0.5 * np.pi * ts / t1)[:, None] * np.linspace(1.0, -1.0, nq)[None]
+    return save_run(folder / f"{sc.name}.npz", sc.name, system, xs, ts, values, sc.stabilization,
+                    model=os.path.abspath(urdf))
