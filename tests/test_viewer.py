@@ -374,7 +374,7 @@ def test_urdf_meshes(tmp_path):
     _tetra_stl(tmp_path / "my_robot" / "fore.stl", binary=False)
     urdf = tmp_path / "my_robot" / "urdf" / "arm.urdf"
     urdf.parent.mkdir()
-    xml = (tests_dir() / "viewer_runs.py").read_text().split('ARM_URDF = """', 1)[1].split('"""', 1)[0]
+    xml = (_tests_dir() / "viewer_runs.py").read_text().split('ARM_URDF = """', 1)[1].split('"""', 1)[0]
     xml = xml.replace('<geometry><box size="0.5 0.05 0.05"/></geometry>',
                       '<geometry><mesh filename="package://my_robot/meshes/upper.stl" scale="2 2 2"/></geometry>')
     xml = xml.replace('<geometry><cylinder radius="0.025" length="0.4"/></geometry>',
@@ -397,7 +397,7 @@ def test_urdf_meshes(tmp_path):
                                    [[0, 0, 0], [1, 1, 0], [0, 1, 0]]])
 
 
-def tests_dir():
+def _tests_dir():
     from pathlib import Path
 
     return Path(__file__).resolve().parent
