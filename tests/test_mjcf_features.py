@@ -1,7 +1,8 @@
 """What real MJCF files carry beyond bodies and joints, against MuJoCo itself: armature
 (set through default classes), several free bodies (a forest), fixed tendons with springs,
-dampers and an equality, site-based ``connect``/``weld``, and the notes for what is not
-carried over (fluid forces, spatial tendons)."""
+dampers and an equality, site-based ``connect``/``weld``, fluid forces (the inertia-box
+model, with wind), and the notes for what is not carried over (the ellipsoid fluid model,
+spatial tendons, tendon limits)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,25 @@ def test_a_forest_of_free_bodies_keeps_its_momentum_without_gravity():
     assert float(tr.diagnostics["energy"][-1]) < float(tr.diagnostics["energy"][0])
 
 
+def test_fluid_forces_match_mujocos_inertia_box_model():
+    """Density, viscosity and wind on the forest above, plus a massive body welded to the
+    flap (it keeps its own box): MuJoCo's passive forces and smooth accelerations."""
+    xml = ARMATURE_AND_FOREST.replace('<option gravity="0.3 -1 -9.81">',
+                                      '<option gravity="0.3 -1 -9.81" density="1000" viscosity="0.5" wind="0.3 -0.2 1">')
+    xml = xml.replace('pos="0 0.1 0" mass="0.2"/></body>', 'pos="0 0.1 0" mass="0.2"/><body name="tag" pos="0 0.2 0.05" '
+                      'euler="10 20 30"><geom type="box" size="0.03 0.05 0.02" pos="0.01 0 0" mass="0.1"/></body></body>')
+    for seed in (0, 1):
+        m, d, imp, qdd, expect = _accelerations_both(xml, seed)
+        assert imp.notes == [] and imp.fluid.body == (0, 1, 2, 3, 4, 5, 5)  # the tag's box on the flap
+        system = imp.system()
+        tau = np.asarray(system.generalized_force(0.0, imp.q0, imp.qd0, system.default_params()))
+        T = _free_transform(m, d.qpos)
+        passive = np.linalg.solve(T.T, d.qfrc_passive)   # generalized forces: qd = T qvel
+        assert np.abs(passive).max() > 10.0                # the medium pushes hard here
+        np.testing.assert_allclose(tau, passive, rtol=1e-12, atol=1e-11)
+        np.testing.assert_allclose(qdd, expect, rtol=1e-9, atol=1e-9)
+
+
 TENDONS = '''<mujoco><option gravity="0 0 -9.81"><flag contact="disable"/></option><worldbody>
 <body name="a"><joint name="j1" axis="0 1 0" ref="10" armature="0.02"/><geom size="0.1" pos="0 0 -0.3" mass="1"/>
   <body name="b" pos="0 0 -0.3"><joint name="j2" axis="0 1 0"/><geom size="0.1" pos="0 0 -0.3" mass="1"/>
@@ -144,11 +164,13 @@ def test_fixed_tendons_springs_dampers_and_an_equality_match_mujoco():
         np.testing.assert_allclose(2 * res[np.asarray(imp.closures.rows)], d.efc_pos, rtol=1e-12, atol=1e-14)
 
 
-def test_a_tendon_run_agrees_with_mujoco_over_half_a_second():
+def test_a_tendon_run_in_a_medium_agrees_with_mujoco_over_half_a_second():
     """Without the equality (MuJoCo's equalities are soft), the open tree with armature,
-    tendon springs and dampers follows MuJoCo's RK4 at 0.1 ms to 1e-8 over 0.5 s."""
+    tendon springs and dampers, in a viscous, dense medium, follows MuJoCo's RK4 at 0.1 ms
+    to 1e-8 over 0.5 s."""
     xml = TENDONS.replace('<equality><tendon name="gear" tendon1="t4" tendon2="t3" polycoef="0.01 1 0.5 0 0"/>'
-                          '</equality>', "")
+                          '</equality>', "").replace('<option gravity="0 0 -9.81">',
+                                                      '<option gravity="0 0 -9.81" density="1.2" viscosity="0.02">')
     rng = np.random.default_rng(1)
     m = mujoco.MjModel.from_xml_string(xml)
     qpos, qvel = m.qpos0 + 0.5 * rng.normal(size=m.nq), rng.normal(size=m.nv)
@@ -200,7 +222,8 @@ def test_site_based_connect_and_weld_measure_what_mujoco_measures():
 
 
 @pytest.mark.parametrize("extra, words", [
-    ('<option density="1000" viscosity="0.001"/>', ["fluid forces not carried over", 'density="1000"']),
+    ('<option density="1000"/><default><geom fluidshape="ellipsoid"/></default>',
+     ["body 'a': the ellipsoid fluid model (fluidshape) is not carried over"]),
     ('<tendon><spatial name="rope"><site site="s1"/><site site="s2"/></spatial></tendon>',
      ["tendon 'rope'", "spatial tendon not carried over"]),
     ('<tendon><fixed name="lim" limited="true" range="-1 1" frictionloss="0.1"><joint joint="j" coef="1"/>'

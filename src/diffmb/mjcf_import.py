@@ -22,13 +22,15 @@ angle units), so what diffmb reads is exactly the model MuJoCo simulates. From t
   inactive ones are skipped;
 * fixed tendons' springs (with MuJoCo's dead band) and dampers as generalized forces
   (:mod:`diffmb.tendons`, the system's ``tau_fn``);
+* fluid forces (``<option density viscosity wind>``) with MuJoCo's inertia-box model
+  (:mod:`diffmb.fluid`, the system's ``wrench_fn``);
 * a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
   key, else ``qpos0`` at rest). A state that violates the equalities (MuJoCo pulls it in
   softly) is moved onto them, positions by minimum-norm Gauss-Newton and velocities by
   the minimum-norm correction, and a note says by how much.
 
 Not carried over (said in :attr:`MjcfModel.notes`, by name): contacts, actuators, spatial
-tendons, tendon limits, frictionloss, fluid forces. The body frame of a body whose joint
+tendons, tendon limits, frictionloss, the ellipsoid fluid model (``fluidshape``). The body frame of a body whose joint
 has an anchor off its origin is moved onto the anchor (diffmb's body frame is its joint
 frame); positions are converted accordingly, names stay.
 """
@@ -44,6 +46,7 @@ import numpy as np
 
 from . import joints as jt
 from . import spatial as sp
+from . import fluid as fl
 from . import tendons as tn
 from .closed_chain import assemble
 from .closures import jacobian, loop_closures, position_residual
@@ -68,16 +71,23 @@ class MjcfModel:
     joint_bodies: tuple = ()
     #: the fixed tendons with a spring or a damper (:class:`~diffmb.tendons.FixedTendons`), or None
     tendons: object = None
+    #: the medium's drag (:class:`~diffmb.fluid.InertiaBoxFluid`), or None
+    fluid: object = None
 
     def system(self, *, stabilization=None, baumgarte=(0.0, 0.0)):
-        """A :class:`~diffmb.system.TreeSystem` at the keyframe state (the tendons' forces
-        as its ``tau_fn``, their numbers as its ``forcing``)."""
+        """A :class:`~diffmb.system.TreeSystem` at the keyframe state: the tendons' forces
+        its ``tau_fn``, the fluid's drag its ``wrench_fn``, their numbers its ``forcing``
+        (``{"tendons": ..., "fluid": ...}``)."""
         if stabilization is None:
             stabilization = "projection" if self.closures is not None else "none"
-        kw = {}
+        forcing, kw = {}, {}
         if self.tendons is not None:
-            kw = dict(tau_fn=tn.TendonForces(), potential_fn=tn.TendonEnergy(), forcing=self.tendons)
-        return TreeSystem(self.model, self.q0, self.qd0, closures=self.closures,
+            forcing["tendons"] = self.tendons
+            kw.update(tau_fn=tn.TendonForces(), potential_fn=tn.TendonEnergy())
+        if self.fluid is not None:
+            forcing["fluid"] = self.fluid
+            kw.update(wrench_fn=fl.FluidWrenches())
+        return TreeSystem(self.model, self.q0, self.qd0, closures=self.closures, forcing=forcing or None,
                           stabilization=stabilization, baumgarte=baumgarte, **kw)
 
 
@@ -174,10 +184,7 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
     if m.nu:
         notes.append(f"{m.nu} actuator(s) not carried over (drive the joints with tau_fn)")
     tendons = _tendons(m, model, joints, name, where, notes)
-    if m.opt.density > 0 or m.opt.viscosity > 0:
-        notes.append(f"fluid forces not carried over (<option density=\"{m.opt.density:g}\" viscosity="
-                     f"\"{m.opt.viscosity:g}\">): MuJoCo drags every moving body through the medium, "
-                     f"diffmb simulates a vacuum")
+    fluid = _fluid(m, model, offset, last, name, notes)
     contacts_off = m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
     if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity) and not contacts_off:
         notes.append("contacts not simulated (diffmb has no contact model)")
@@ -185,8 +192,49 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
     q0, qd0 = _state(m, model, joints, key, where, name)
     if closures is not None:
         q0, qd0 = _consistent(model, closures, q0, qd0, notes)
-    return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes, tendons=tendons,
+    return MjcfModel(model=model, closures=closures, q0=q0, qd0=qd0, notes=notes, tendons=tendons, fluid=fluid,
                      joint_bodies=tuple((j, model.body_index(body), kind) for j, body, kind in joints))
+
+
+_MINVAL = 1e-15  # mjMINVAL: MuJoCo's "zero" (a body lighter than it feels no fluid)
+
+
+def _fluid(m, model, offset, last, name, notes):
+    """MuJoCo's inertia-box fluid model (:mod:`diffmb.fluid`) for every moving body of the
+    file with mass, or None without a medium. A body whose geoms ask for the ellipsoid
+    model (``fluidshape``) is left out, with a note naming it."""
+    import mujoco
+
+    if not (m.opt.density > 0 or m.opt.viscosity > 0):
+        return None
+    frames = {n: k for k, n in enumerate(model.frame_names)}
+    rows = []
+    for i in range(1, m.nbody):
+        if m.body_mass[i] < _MINVAL:
+            continue
+        geoms = range(int(m.body_geomadr[i]), int(m.body_geomadr[i]) + int(m.body_geomnum[i]))
+        if any(m.geom_fluid[g, 0] > 0 for g in geoms):
+            notes.append(f"body {name(mujoco.mjtObj.mjOBJ_BODY, i)!r}: the ellipsoid fluid model (fluidshape) "
+                         f"is not carried over; this body moves without fluid forces")
+            continue
+        Ri = _quat_dcm(m.body_iquat[i])                      # principal -> MuJoCo body
+        if last[i] in frames:                                # welded: a frame of a moving body
+            k = frames[last[i]]
+            body = int(model.frame_bodies[k])
+            if body < 0:
+                continue                                     # welded to the world: never moves
+            E, r = np.asarray(model.frame_rot[k]), np.asarray(model.frame_pos[k])
+            center, axes = r + E.T @ m.body_ipos[i], Ri.T @ E
+        else:
+            body, center, axes = model.body_index(last[i]), m.body_ipos[i] - offset[i], Ri.T
+        rows.append((body, m.body_mass[i], m.body_inertia[i], center, axes))
+    if not rows:
+        return None
+    body, mass, moments, center, axes = (np.array(c) for c in zip(*rows))
+    arr = lambda x: jnp.asarray(np.asarray(x, float))  # noqa: E731
+    return fl.InertiaBoxFluid(density=arr(m.opt.density), viscosity=arr(m.opt.viscosity), wind=arr(m.opt.wind),
+                              box=fl.box_edges(arr(mass), arr(moments)), center=arr(center), axes=arr(axes),
+                              body=tuple(int(b) for b in body))
 
 
 _WRAP_JOINT = 1  # mjWRAP_JOINT: a fixed tendon's term

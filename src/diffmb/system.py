@@ -184,6 +184,9 @@ class TreeSystem(System):
     to the passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11);
     ``potential_fn(q, forcing) -> U`` (optional) is its potential, added to the energy
     diagnostic (e.g. :mod:`diffmb.origami.hinges`).
+    ``wrench_fn(t, frames, model, forcing) -> (N, 6)`` (optional) adds state-dependent
+    wrenches ``[torque; force]`` on the bodies, in body axes about each body's origin, from
+    their :class:`~diffmb.body_frames.BodyFrames` (fluid drag: :mod:`diffmb.fluid`).
     ``stabilization``: ``none``, ``baumgarte`` (gains in params) or ``projection`` (after
     every step, :func:`~diffmb.constraints.project_state`). ``project`` also performs the
     MRP shadow-set switch of spherical/free joints (section 2.1) — never the vector field.
@@ -197,6 +200,7 @@ class TreeSystem(System):
     baumgarte: dict
     tau_fn: Callable | None = eqx.field(static=True, default=None)
     potential_fn: Callable | None = eqx.field(static=True, default=None)
+    wrench_fn: Callable | None = eqx.field(static=True, default=None)
     stabilization: str = eqx.field(static=True, default="none")
     roles: tuple = eqx.field(static=True, default=())
     projection_iterations: int = eqx.field(static=True, default=3)
@@ -204,7 +208,7 @@ class TreeSystem(System):
 
     def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
                  closures=None, stabilization="none", baumgarte=(0.0, 0.0),
-                 projection_iterations=3, dynamics="auto", potential_fn=None, roles=None):
+                 projection_iterations=3, dynamics="auto", potential_fn=None, roles=None, wrench_fn=None):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -217,6 +221,7 @@ class TreeSystem(System):
             raise ValueError(f"stabilization {stabilization!r} needs loop closures; this system has none")
         self.tau_fn = tau_fn
         self.potential_fn = potential_fn
+        self.wrench_fn = wrench_fn
         self.forcing = forcing
         self.closures = closures
         a, b = baumgarte
@@ -251,11 +256,17 @@ class TreeSystem(System):
         q, qd = self.split(x)
         return from_kinematics(kinematics(params["model"], q, qd))
 
-    def generalized_force(self, t, q, qd, params):
+    def generalized_force(self, t, q, qd, params, ws=None):
+        """Passive joint forces, ``tau_fn``'s and the ``wrench_fn`` wrenches' (``ws``: the
+        state's kinematics, when the caller has them)."""
         model = params["model"]
         tau = tree.joint_forces(model, q, qd)
         if self.tau_fn is not None:
             tau = tau + self.tau_fn(t, q, qd, params["forcing"])
+        if self.wrench_fn is not None:
+            ws = kinematics(model, q, qd) if ws is None else ws
+            f = self.wrench_fn(t, from_kinematics(ws), model, params["forcing"])
+            tau = tau + rnea.generalized_forces(model, ws, rnea.external_forces_world(ws, f))
         return tau
 
     def accelerations(self, t, x, params):
@@ -263,7 +274,7 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         ws = kinematics(model, q, qd)
-        tau = self.generalized_force(t, q, qd, params)
+        tau = self.generalized_force(t, q, qd, params, ws)
         if self.closures is None:
             if self._dense:
                 M = crba.mass_matrix(model, ws)

@@ -14,7 +14,7 @@ viscous damper), which acts on the joints as ``tau = c f`` (the tendon Jacobian 
 :class:`FixedTendons` holds the numbers (arrays, so they are parameters to fit, sweep or
 differentiate); :class:`TendonForces` and :class:`TendonEnergy` are the static
 ``tau_fn`` / ``potential_fn`` a :class:`~diffmb.system.TreeSystem` takes, with the tendons
-as its ``forcing``.
+as its ``forcing["tendons"]``.
 """
 
 from __future__ import annotations
@@ -59,14 +59,16 @@ def energy(tendons: FixedTendons, q):
 
 
 class TendonForces(eqx.Module):
-    """``tau_fn(t, q, qd, tendons)`` of :class:`~diffmb.system.TreeSystem`."""
+    """``tau_fn(t, q, qd, forcing)`` of :class:`~diffmb.system.TreeSystem`: the forces of
+    ``forcing["tendons"]``."""
 
-    def __call__(self, t, q, qd, tendons):
-        return generalized_forces(tendons, q, qd)
+    def __call__(self, t, q, qd, forcing):
+        return generalized_forces(forcing["tendons"], q, qd)
 
 
 class TendonEnergy(eqx.Module):
-    """``potential_fn(q, tendons)`` of :class:`~diffmb.system.TreeSystem`."""
+    """``potential_fn(q, forcing)`` of :class:`~diffmb.system.TreeSystem`: the springs'
+    energy of ``forcing["tendons"]``."""
 
-    def __call__(self, q, tendons):
-        return energy(tendons, q)
+    def __call__(self, q, forcing):
+        return energy(forcing["tendons"], q)
