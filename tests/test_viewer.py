@@ -21,7 +21,7 @@ from diffmb.viewer.bodies import inertia_box
 from diffmb.viewer.frames import rotate
 from diffmb.viewer.page import asset, render
 from diffmb.viewer.scene import dcm_to_quat, frame_indices
-from viewer_runs import arm_run, fold_run, save_run, tbar_run
+from viewer_runs import ARM_URDF, arm_run, fold_run, save_run, tbar_run
 
 #: sha256 of the vendored three.js 0.159.0 build/three.min.js (npm pack three@0.159.0)
 THREE_SHA256 = "7b1c5d75b28d9de15042e2b374f83566d8c7146697af8fdeb4558b0fb528a585"
@@ -374,8 +374,7 @@ def test_urdf_meshes(tmp_path):
     _tetra_stl(tmp_path / "my_robot" / "fore.stl", binary=False)
     urdf = tmp_path / "my_robot" / "urdf" / "arm.urdf"
     urdf.parent.mkdir()
-    xml = (_tests_dir() / "viewer_runs.py").read_text().split('ARM_URDF = """', 1)[1].split('"""', 1)[0]
-    xml = xml.replace('<geometry><box size="0.5 0.05 0.05"/></geometry>',
+    xml = ARM_URDF.replace('<geometry><box size="0.5 0.05 0.05"/></geometry>',
                       '<geometry><mesh filename="package://my_robot/meshes/upper.stl" scale="2 2 2"/></geometry>')
     xml = xml.replace('<geometry><cylinder radius="0.025" length="0.4"/></geometry>',
                       '<geometry><mesh filename="../fore.stl"/></geometry>')
@@ -396,8 +395,3 @@ def test_urdf_meshes(tmp_path):
     assert np.allclose(read(obj), [[[0, 0, 0], [1, 0, 0], [1, 1, 0]], [[0, 0, 0], [1, 1, 0], [0, 1, 0]],
                                    [[0, 0, 0], [1, 1, 0], [0, 1, 0]]])
 
-
-def _tests_dir():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parent
