@@ -394,4 +394,3 @@ def test_urdf_meshes(tmp_path):
 
     assert np.allclose(read(obj), [[[0, 0, 0], [1, 0, 0], [1, 1, 0]], [[0, 0, 0], [1, 1, 0], [0, 1, 0]],
                                    [[0, 0, 0], [1, 1, 0], [0, 1, 0]]])
-
