@@ -66,3 +66,20 @@ def test_fit_a_files_damping_and_stiffness_to_mujocos_records_of_it(arm):
     for name, true in truth.items():
         assert abs(res.params[name] - true) < 0.01 * true, (name, res.params)
         assert abs(res.params[name] - true) < 3 * res.stderr[name], (name, res.params, res.stderr)
+
+
+def test_a_urdfs_numbers_are_named_parameters_too():
+    """The same names on a URDF: a joint's ``<dynamics damping>`` and a link's mass (the
+    coupler's, with its fixed tip link merged into it)."""
+    from pathlib import Path
+
+    from diffmb.scenarios.files import urdf_scenario
+
+    sc = urdf_scenario(str(Path(__file__).resolve().parents[1] / "examples" / "fourbar.urdf"))
+    _, base, _ = sc.make({}, None)
+    _, params, _ = sc.make({"damping.crank": 0.3, "mass.coupler": 2.5}, None)
+    model, before = params["model"], base["model"]
+    assert float(model.damping[model.coordinate_names.index("crank")]) == 0.3
+    assert float(model.mass[model.body_index("coupler")]) == 2.5
+    others = [i for i, n in enumerate(model.body_names) if n != "coupler"]
+    np.testing.assert_array_equal(np.asarray(model.mass)[others], np.asarray(before.mass)[others])
