@@ -124,14 +124,22 @@ def test_tree_scene_places_the_urdf_visuals(runs):
 def test_tensegrity_members_carry_their_axial_force(runs):
     run = saved.load(runs["tbar"])
     sc = scene_of(run)
-    assert sc.kind == "tensegrity" and [link["kind"] for link in sc.links] == ["bar"] * 2 + ["string"] * 4
-    force = sc.quantities[0].values
-    assert np.all(np.isnan(force[:, :2]))  # rigid bars: a constraint force, not kept
-    N = sc.poses[..., :3].astype(float)
+    assert sc.kind == "tensegrity" and sc.body_names == ["node 1", "node 2", "node 3", "node 4", "bar 1", "bar 2"]
+    assert [link["kind"] for link in sc.links] == ["string"] * 4
+    assert [q.name for q in sc.quantities] == ["string tension"]  # rigid bars: no force kept
+    N = sc.poses[:, :4, :3].astype(float)
+    tension = sc.quantities[0].values
     for k, (i, j) in enumerate(run.system.strings):
         stretch = np.linalg.norm(N[:, j] - N[:, i], axis=-1) - run.params["string_rest"][k]
-        assert np.allclose(force[:, 2 + k], run.params["string_K"][k] * np.maximum(stretch, 0), atol=1e-3)
-    assert np.ptp(force[:, 2:]) > 1.0
+        assert np.allclose(tension[:, k], run.params["string_K"][k] * np.maximum(stretch, 0), atol=1e-3)
+    assert np.ptp(tension) > 1.0
+    for b, (i, j) in enumerate(run.system.bars):
+        pose = sc.poses[:, 4 + b].astype(float)
+        assert np.allclose(pose[:, :3], (N[:, i] + N[:, j]) / 2, atol=1e-5)
+        axis = rotate(pose[:, 3:], np.array([0.0, 0.0, 1.0]))
+        d = (N[:, j] - N[:, i]) / np.linalg.norm(N[:, j] - N[:, i], axis=-1, keepdims=True)
+        assert np.allclose(axis, d, atol=1e-5)
+        assert sc.geometry[4 + b]["primitives"][0]["type"] == "cylinder"
 
 
 def test_uniform_box_from_inertia():

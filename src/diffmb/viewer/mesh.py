@@ -21,7 +21,7 @@ import numpy as np
 from .frames import rotate, world_points
 
 ROLE_COLOURS = {"hub": (0.3, 0.33, 0.4), "panel": (0.78, 0.8, 0.86), "link": (0.7, 0.72, 0.78),
-                "node": (0.2, 0.2, 0.2), "world": (0.55, 0.57, 0.62)}
+                "node": (0.2, 0.2, 0.2), "bar": (0.25, 0.25, 0.3), "world": (0.55, 0.57, 0.62)}
 
 
 def _ear_clip(poly2: np.ndarray) -> list:

@@ -378,7 +378,7 @@
     const q = qi >= 0 ? quantities[qi] : null;
     for (let b = 0; b < N; b++) {
       const role = DATA.geometry[b].role;
-      let c = b === DATA.hub ? HUB : role === "node" ? NODE : role === "world" ? WORLD : PLAIN;
+      let c = b === DATA.hub ? HUB : role === "node" || role === "bar" ? NODE : role === "world" ? WORLD : PLAIN;
       if (q && q.target === "bodies") { const v = colourOf(valueAt(q, current, b), q); if (v && b !== DATA.hub) c = v; }
       bodyColor.set(c, 3 * b);
     }
