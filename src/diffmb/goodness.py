@@ -99,13 +99,13 @@ def failures(gof: dict) -> list:
         if not s["passed"]:
             out.append(f"sensor {name}: residual RMS {s['rms_over_noise']:.3g}x its declared noise "
                        f"(chi-square {s['reduced_chi2']:.3g} per degree of freedom over {s['dof']:.0f}, "
-                       f"{p_text(s['p'])} < {a:g}): the model does not explain this sensor's data "
-                       f"(missing physics, or noise above the declared); standard errors are scaled "
-                       f"by sqrt(reduced chi-square)")
+                       f"{p_text(s['p'])}, below the {a:g} level): the model does not explain this "
+                       f"sensor's data (missing physics, or noise above the declared); standard errors "
+                       f"are scaled by sqrt(reduced chi-square)")
     t = gof["total"]
     if t is not None and not t["passed"] and all(s["passed"] for s in gof["sensors"].values()):
         out.append(f"the fit as a whole: residual RMS {t['rms_over_noise']:.3g}x the declared noise "
                    f"(chi-square {t['reduced_chi2']:.3g} per degree of freedom over {t['dof']:.0f}, "
-                   f"{p_text(t['p'])} < {a:g}): the model does not explain the data; standard errors "
-                   f"are scaled by sqrt(reduced chi-square)")
+                   f"{p_text(t['p'])}, below the {a:g} level): the model does not explain the data; "
+                   f"standard errors are scaled by sqrt(reduced chi-square)")
     return out
