@@ -20,6 +20,8 @@ import diffmb
 from diffmb import spatial as sp
 
 TOL = 1e-9
+#: Condition number of M beyond which forward dynamics is compared by its backward error.
+ILL_CONDITIONED = 1e7
 
 
 def robot_urdfs() -> list[Path]:
@@ -128,8 +130,16 @@ def compare(path, floating: bool, *, states: int = 2, seed: int = 0) -> dict:
         M_ref = np.triu(M_ref) + np.triu(M_ref, 1).T
         M_ref = P @ M_ref @ P.T
         scale = max(1.0, np.abs(M_ref).max())
+        ev = np.linalg.eigvalsh(M_ref)
+        if ev.max() > ILL_CONDITIONED * ev.min():
+            # forward dynamics is determined only to about cond(M) * eps (iCub's point-mass
+            # head: cond 5e8, accelerations of 1e7): judge it by its backward error, the
+            # generalized force its acceleration leaves unexplained in Pinocchio's model
+            a_pin = to_pin_free(model, pmodel, q, qd, a)[2] if floating else P.T @ a
+            unexplained = np.abs(back(pin.rnea(pmodel, data, qp, vp, a_pin)) - tau).max()
+            fd = unexplained / max(scale * max(1.0, np.abs(a).max()), np.abs(tau).max())  # normwise
+        else:
+            fd = np.abs(a - back(pin.aba(pmodel, data, qp, vp, taup))).max() / max(1.0, np.abs(a).max())
         worst = max(worst, np.abs(M - M_ref).max() / scale,
-                    np.abs(tau_id - back(pin.rnea(pmodel, data, qp, vp, qddp))).max() / scale,
-                    np.abs(a - back(pin.aba(pmodel, data, qp, vp, taup))).max()
-                    / max(1.0, np.abs(a).max()))
+                    np.abs(tau_id - back(pin.rnea(pmodel, data, qp, vp, qddp))).max() / scale, fd)
     return {"status": "match" if worst < TOL else "mismatch", "worst": float(worst), "nv": model.nv}
