@@ -15,7 +15,10 @@ compilation cache) and is then timed ``--repeats`` times: the in-process sweeps'
 ``wall_s`` (compilation excluded), the distributed ones from submitting the first chunk
 to receiving the last (scheduling, transfers and the driver's work included). Reported
 per mode: the median member-seconds per second, and for the workers the overhead per
-chunk against the in-process sweep with the same pinning. ``--kill`` adds one two-worker
+chunk two ways: against the in-process sweep with the same pinning (a baseline taken
+minutes apart, so other load on the machine shows in it), and inside the same sweep, as
+the workers' time not spent running a chunk (``workers x elapsed - busy_s``, per chunk and
+relative to a chunk's run time: scheduling, transfers, the driver, idle tails). ``--kill`` adds one two-worker
 run in which one worker is killed (SIGKILL) as the first chunk comes back: the time it
 costs against the median two-worker run, and the chunk time for comparison.
 ``/proc/pressure/cpu`` is read before and after each mode (other work on the machine
@@ -112,12 +115,18 @@ def run_workers(args, cores, kill=False) -> dict:
         tic = time.perf_counter()
         distributed.sweep(system, params, client=client, **run)
         warm = time.perf_counter() - tic
-        elapsed = []
+        elapsed, busy = [], []
         for _ in range(args.repeats):
             tic = time.perf_counter()
             res = distributed.sweep(system, params, client=client, **run)
             elapsed.append(time.perf_counter() - tic)
-        out = {"elapsed_s": elapsed, "first_sweep_s": warm, "chunks": res.chunks, "workers": res.workers}
+            busy.append(res.busy_s)
+        # what the distribution cost, measured inside the same sweep (no baseline taken at
+        # another time, under other load): the workers' time not spent running a chunk
+        idle = [(len(cores) * e - b) / res.chunks for e, b in zip(elapsed, busy)]
+        out = {"elapsed_s": elapsed, "busy_s": busy, "first_sweep_s": warm, "chunks": res.chunks,
+               "workers": res.workers, "not_running_per_chunk_s": idle,
+               "not_running_per_chunk_rel": [i / (b / res.chunks) for i, b in zip(idle, busy)]}
         if kill:
             hit = []
 
@@ -205,13 +214,18 @@ def main():
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"fold-4panel, {args.batch} members x {args.t1:g} s, RK4 dt 1 ms, chunks of {args.chunk}, "
           f"median of {args.repeats}")
-    print(f"{'mode':<14}{'median s':>10}{'member-s/s':>12}{'overhead/chunk':>16}  pressure (some avg10) before/after")
+    print(f"{'mode':<14}{'median s':>10}{'member-s/s':>12}{'vs in-process':>22}{'not running':>22}"
+          f"  pressure (some avg10) before/after")
     for mode, m in modes.items():
         over = m.get("overhead_per_chunk_s")
-        over = f"{over * 1e3:.0f} ms ({m['overhead_per_chunk_rel']:.1%})" if over is not None else ""
+        over = f"{over * 1e3:.0f} ms ({m['overhead_per_chunk_rel']:.1%})/chunk" if over is not None else ""
+        if "not_running_per_chunk_s" in m:
+            idle = statistics.median(m["not_running_per_chunk_s"])
+            rel = statistics.median(m["not_running_per_chunk_rel"])
+            over += f"{f'{idle * 1e3:.0f} ms ({rel:.1%})/chunk':>22}"
         pb = (m["pressure_before"] or "").split(" ")[1] if m["pressure_before"] else "-"
         pa = (m["pressure_after"] or "").split(" ")[1] if m["pressure_after"] else "-"
-        print(f"{mode:<14}{m['median_s']:>10.3f}{m['member_s_per_s']:>12.4g}{over:>16}  {pb} / {pa}")
+        print(f"{mode:<14}{m['median_s']:>10.3f}{m['member_s_per_s']:>12.4g}{over:>44}  {pb} / {pa}")
     for k, v in ratios.items():
         print(f"{k}: {v:.2f}x")
     if "kill_cost_s" in modes.get("2w", {}):

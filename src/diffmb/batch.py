@@ -221,6 +221,9 @@ class SweepResult:
     workers: int = 0
     #: members finished by an earlier run (``done``: read back, not run here)
     resumed: int = 0
+    #: seconds spent running chunks (compilation excluded), summed over the processes
+    #: that ran them: ``workers x wall_s - busy_s`` is what the distribution cost
+    busy_s: float = 0.0
 
     def statuses(self) -> list:
         """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
@@ -369,7 +372,7 @@ def run_chunk(program, member, static, dyn_chunk, x0_chunk):
 
 
 def assemble(pieces: dict, *, batch: int, chunk: int, t1, wall_s, compile_s, devices, members=None,
-             conserved=None, interrupted=False, workers=0, resumed=()) -> SweepResult:
+             conserved=None, interrupted=False, workers=0, resumed=(), busy_s=None) -> SweepResult:
     """The :class:`SweepResult` of the finished chunks ``pieces`` (chunk index -> metrics of
     its real members), in member order; ``resumed``: the chunks of them an earlier run
     finished."""
@@ -386,7 +389,8 @@ def assemble(pieces: dict, *, batch: int, chunk: int, t1, wall_s, compile_s, dev
                        conserved=[conserved[i] for i in index] if conserved else [],
                        requested=batch, interrupted=interrupted,
                        index=None if len(index) == batch else [int(i) for i in index], workers=workers,
-                       resumed=sum(len(pieces[n]["status"]) for n in resumed if n in pieces))
+                       resumed=sum(len(pieces[n]["status"]) for n in resumed if n in pieces),
+                       busy_s=wall_s if busy_s is None else busy_s)
 
 
 def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,

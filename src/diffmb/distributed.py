@@ -277,4 +277,4 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
     return assemble(pieces, batch=B, chunk=chunk, t1=t1, wall_s=max(elapsed - compile_s, 0.0),
                     compile_s=compile_s, devices=max(len(seen), 1), members=members, conserved=conserved,
                     interrupted=interrupted and len(pieces) < n_chunks(B, chunk), workers=len(seen),
-                    resumed=list(done or ()))
+                    resumed=list(done or ()), busy_s=float(sum(runs)))
