@@ -237,7 +237,28 @@ def test_what_is_not_carried_over_is_named(extra, words):
         assert w in notes, (w, notes)
 
 
+def test_a_lone_tendon_over_two_joints_couples_them_as_a_gripper_does():
+    """``<tendon tendon1="coupling"/>`` over two joints (dm_control's manipulator couples
+    its thumb and finger so): ``c1 q1 + c2 q2 = a0``, MuJoCo's residual is ours times c1;
+    disabled gravity and dampers are taken out as MuJoCo does."""
+    xml = ('<mujoco><option><flag gravity="disable" damper="disable"/></option><worldbody>'
+           '<body name="a"><joint name="thumb" axis="0 1 0" damping="3"/><geom size="0.1" pos="0.2 0 0" mass="1"/></body>'
+           '<body name="b" pos="0 0.5 0"><joint name="finger" axis="0 1 0"/><geom size="0.1" pos="0.2 0 0" mass="1"/>'
+           '</body></worldbody><tendon><fixed name="coupling"><joint joint="thumb" coef="-.5"/>'
+           '<joint joint="finger" coef=".5"/></fixed></tendon>'
+           '<equality><tendon name="grip" tendon1="coupling" polycoef="0.1 0 0 0 0"/></equality></mujoco>')
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    imp = load_mjcf(xml)
+    assert float(np.abs(np.asarray(imp.model.gravity)).max()) == 0.0 and float(imp.model.damping[0]) == 0.0
+    for q in ([0.3, -0.2], [1.0, 0.5]):
+        d.qpos[:] = np.asarray(q) + m.qpos0
+        mujoco.mj_forward(m, d)
+        res = np.asarray(diffmb.closures.position_residual(imp.model, np.asarray(q), imp.closures)).reshape(-1)
+        np.testing.assert_allclose(-0.5 * res[np.asarray(imp.closures.rows)], d.efc_pos, atol=1e-14)
+
+
 def test_a_tendon_equality_over_several_joints_is_refused_by_name():
     xml = TENDONS.replace('tendon1="t4" tendon2="t3"', 'tendon1="t4" tendon2="spring"')
-    with pytest.raises(ValueError, match="tendon 'spring' spans 2 joints"):
+    with pytest.raises(ValueError, match="tendon 'spring' spans 2 joints; tendon equalities are carried over"):
         load_mjcf(xml)

@@ -24,6 +24,8 @@ angle units), so what diffmb reads is exactly the model MuJoCo simulates. From t
   (:mod:`diffmb.tendons`, the system's ``tau_fn``);
 * fluid forces (``<option density viscosity wind>``) with MuJoCo's inertia-box model
   (:mod:`diffmb.fluid`, the system's ``wrench_fn``);
+* ``<flag>``s that disable gravity, springs, dampers, frictionloss, limits or equalities
+  take them out here too;
 * a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
   key, else ``qpos0`` at rest). A state that violates the equalities (MuJoCo pulls it in
   softly) is moved onto them, positions by minimum-norm Gauss-Newton and velocities by
@@ -133,6 +135,7 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
     m, where = _compile(source)
     name = lambda kind, i: mujoco.mj_id2name(m, kind, i) or f"{kind.name.split('_')[-1].lower()}{i}"  # noqa: E731
     OBJ = mujoco.mjtObj
+    _apply_disable_flags(m)
     b = ModelBuilder(gravity=tuple(float(g) for g in m.opt.gravity))
     offset = {0: np.zeros(3)}      # MuJoCo body -> origin of its diffmb frame in MuJoCo body coords
     last = {0: "world"}            # MuJoCo body -> name of its diffmb body (the last of its chain)
@@ -185,7 +188,7 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
         notes.append(f"{m.nu} actuator(s) not carried over (drive the joints with tau_fn)")
     tendons = _tendons(m, model, joints, name, where, notes)
     fluid = _fluid(m, model, offset, last, name, notes)
-    contacts_off = m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+    contacts_off = m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
     if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity) and not contacts_off:
         notes.append("contacts not simulated (diffmb has no contact model)")
     closures = _equalities(m, model, offset, last, joints, name, where)
@@ -315,6 +318,35 @@ def _joint_numbers(m, j, kind, jname):
     return out, notes
 
 
+def _apply_disable_flags(m):
+    """Zero in the compiled model what its ``<flag ... ="disable"/>`` switches off, so the
+    numbers read below are the ones MuJoCo simulates: gravity, springs, dampers (fluid
+    forces with both, as MuJoCo skips all passive forces then), frictionloss, limits,
+    equalities (also with all constraints off)."""
+    import mujoco
+
+    off = lambda bit: bool(m.opt.disableflags & int(bit))  # noqa: E731
+    D = mujoco.mjtDisableBit
+    if off(D.mjDSBL_GRAVITY):
+        m.opt.gravity[:] = 0.0
+    if off(D.mjDSBL_SPRING):
+        m.jnt_stiffness[:] = 0.0
+        m.tendon_stiffness[:] = 0.0
+    if off(D.mjDSBL_DAMPER):
+        m.dof_damping[:] = 0.0
+        m.tendon_damping[:] = 0.0
+    if off(D.mjDSBL_SPRING) and off(D.mjDSBL_DAMPER):
+        m.opt.density, m.opt.viscosity = 0.0, 0.0
+    if off(D.mjDSBL_FRICTIONLOSS) or off(D.mjDSBL_CONSTRAINT):
+        m.dof_frictionloss[:] = 0.0
+        m.tendon_frictionloss[:] = 0.0
+    if off(D.mjDSBL_LIMIT) or off(D.mjDSBL_CONSTRAINT):
+        m.jnt_limited[:] = 0
+        m.tendon_limited[:] = 0
+    if off(D.mjDSBL_EQUALITY) or off(D.mjDSBL_CONSTRAINT):
+        m.eq_active0[:] = 0
+
+
 def _coordinate(m, model, joints, j, ename, where, name):
     """diffmb coordinate of MuJoCo joint ``j`` (hinge or slide) for a joint equality."""
     import mujoco
@@ -368,30 +400,36 @@ def _equalities(m, model, offset, last, joints, name, where):
 
 
 def _tendon_coupling(m, model, joints, e, ename, where, name):
-    """A tendon equality ``L1 - L1_0 = p(L2 - L2_0)`` between fixed tendons of one joint
-    each, ``L_i - L_i0 = c_i q_i``: the coordinate coupling ``q_1 = sum_k a_k c_2^k q_2^k /
-    c_1``. Tendons over several joints are refused by name (a coupling holds one
-    coordinate to a polynomial in one other)."""
+    """A tendon equality ``L1 - L1_0 = p(L2 - L2_0)`` as a coordinate coupling, where one
+    exists: between fixed tendons of one joint each, ``L_i - L_i0 = c_i q_i``, it is
+    ``q_1 = sum_k a_k c_2^k q_2^k / c_1``; a lone tendon over two joints held at
+    ``c_1 q_1 + c_2 q_2 = a_0`` (a gripper's coupled fingers) is ``q_1 = (a_0 - c_2 q_2) / c_1``.
+    Other tendons are refused by name (a coupling holds one coordinate to a polynomial in
+    one other)."""
     import mujoco
 
-    ends = []
-    for t in (int(m.eq_obj1id[e]), int(m.eq_obj2id[e])):
-        if t < 0:
-            ends.append(None)
-            continue
-        terms = _tendon_terms(m, t)
-        tname = name(mujoco.mjtObj.mjOBJ_TENDON, t)
-        if terms is None or len(terms) != 1:
-            raise ValueError(f"{where}: equality {ename!r}: tendon {tname!r} "
-                             + ("is a spatial tendon" if terms is None else f"spans {len(terms)} joints")
-                             + "; tendon equalities are carried over between fixed tendons of one joint each")
-        (j, c), = terms
-        ends.append((_coordinate(m, model, joints, j, ename, where, name), c))
-    (y, c1), x = ends
+    t1, t2 = int(m.eq_obj1id[e]), int(m.eq_obj2id[e])
     a = np.asarray(m.eq_data[e][:5], float)
-    if x is None:
+    terms = []
+    for t in (t1, t2) if t2 >= 0 else (t1,):
+        got = _tendon_terms(m, t)
+        tname = name(mujoco.mjtObj.mjOBJ_TENDON, t)
+        allowed = 2 if t2 < 0 else 1
+        if got is None or len(got) > allowed:
+            raise ValueError(f"{where}: equality {ename!r}: tendon {tname!r} "
+                             + ("is a spatial tendon" if got is None else f"spans {len(got)} joints")
+                             + "; tendon equalities are carried over between fixed tendons of one joint "
+                               "each, or for one tendon over at most two joints")
+        terms.append([(_coordinate(m, model, joints, j, ename, where, name), c) for j, c in got])
+    if t2 >= 0:
+        (y, c1), = terms[0]
+        (x, c2), = terms[1]
+        return coupling(ename, y, x, a * c2 ** np.arange(5) / c1)
+    if len(terms[0]) == 1:
+        (y, c1), = terms[0]
         return coupling(ename, y, None, [a[0] / c1])
-    return coupling(ename, y, x[0], a * x[1] ** np.arange(5) / c1)
+    (y, c1), (x, c2) = terms[0]
+    return coupling(ename, y, x, [a[0] / c1, -c2 / c1])
 
 
 def _site_closure(m, model, offset, last, e, ename, weld):
