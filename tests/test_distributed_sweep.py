@@ -194,3 +194,19 @@ def test_a_chunk_out_far_longer_than_the_others_gets_a_second_copy_on_an_idle_wo
     assert distributed.stragglers(pending, started, [2.0, 2.1, 1.9], {7}, 3, 30.0) == []
     assert distributed.stragglers(pending, started, [2.0, 2.1, 1.9], set(), 2, 30.0) == []
     assert distributed.stragglers(pending, started, [], set(), 3, 30.0) == []
+
+
+def test_ctrl_c_on_the_cluster_exits_130_keeping_the_finished_chunks(case, client, tmp_path, monkeypatch, capsys):
+    """The CLI's Ctrl-C path with workers: the flag is seen between waits, the queued
+    chunks are cancelled, the finished ones are in the table, exit 130."""
+    *_, ref = case
+    table = tmp_path / "t"
+    _interrupt_after(monkeypatch, 3)  # once while starting, then at the driver's second check
+    assert cli.main(ARGS + ["--table", str(table), "--address", client.scheduler.address]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted;" in err and "continue with --resume" in err
+    done = sweep_store.finished(table)
+    assert len(done) < 6
+    for n in done:
+        got = sweep_store.read_chunk(table, n)
+        assert np.array_equal(got["status"], np.asarray(ref.table["status"])[n * CHUNK:(n + 1) * CHUNK])

@@ -136,12 +136,13 @@ def _worker_id():
 
 
 def local_cluster(workers: int):
-    """A Dask cluster of ``workers`` single-threaded worker processes on 127.0.0.1 (no
-    dashboard, no memory limit: a worker's compiled programs are its working set)."""
+    """A Dask cluster of ``workers`` single-threaded worker processes on 127.0.0.1 (the
+    scheduler's HTTP endpoint on a free port there, none on the workers; no memory limit:
+    a worker's compiled programs are its working set)."""
     from distributed import LocalCluster
 
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        dashboard_address=None, worker_dashboard_address=None, memory_limit=0,
+                        dashboard_address="127.0.0.1:0", worker_dashboard_address=None, memory_limit=0,
                         silence_logs=logging.ERROR)
 
 
