@@ -287,9 +287,30 @@ def test_mjcf_geoms_become_primitives(tmp_path):
     found = mjcf_visuals(xml)
     (cap, cap_size, cap_pos, cap_R), (box, box_size, box_pos, box_R) = found["upper"]
     assert cap == "capsule" and np.allclose(cap_size, [0.03, 0.4]) and np.allclose(cap_pos, [0.2, 0, 0])
-    assert np.allclose(cap_R @ [0, 0, 1], [1, 0, 0])
+    assert np.allclose(np.abs(cap_R @ [0, 0, 1]), [1, 0, 0])  # along x (either way: a capsule is symmetric)
     assert box == "box" and np.allclose(box_size, [0.2, 0.1, 0.04]) and np.allclose(box_R @ [1, 0, 0], [0, 1, 0], atol=1e-6)
     assert found["ball"][0][0] == "sphere" and np.allclose(found["ball"][0][1], [0.05])
+
+
+def test_mjcf_visuals_are_what_mujoco_compiles_default_classes_and_meshes(tmp_path):
+    """A default class's geom size, an ``euler`` orientation and an inline mesh: the
+    primitives are MuJoCo's compiled geoms, the mesh its triangles."""
+    from diffmb.viewer.visuals import mjcf_visuals
+
+    xml = tmp_path / "tool.xml"
+    xml.write_text("""<mujoco><asset><mesh name="wedge" vertex="0 0 0  0.2 0 0  0 0.1 0  0 0 0.05"/></asset>
+      <default><default class="pad"><geom type="box" size="0.01 0.02 0.03"/></default></default>
+      <worldbody><body name="tool"><joint name="j" type="hinge"/>
+        <geom class="pad" euler="0 0 90" pos="0.1 0 0"/><geom type="mesh" mesh="wedge"/>
+      </body></worldbody></mujoco>""")
+    (box, size, pos, R), (mesh, tris, mpos, mR) = mjcf_visuals(xml)["tool"]
+    assert box == "box" and np.allclose(size, [0.02, 0.04, 0.06]) and np.allclose(pos, [0.1, 0, 0])
+    assert np.allclose(R @ [1, 0, 0], [0, 1, 0], atol=1e-12)
+    assert mesh == "mesh" and tris.shape == (4, 9)  # the tetrahedron's four faces
+    world = (mR @ tris.reshape(-1, 3).T).T + mpos   # MuJoCo recentres a mesh; its placement undoes it
+    corners = np.array([[0, 0, 0], [0.2, 0, 0], [0, 0.1, 0], [0, 0, 0.05]])
+    gaps = np.linalg.norm(world[:, None, :] - corners[None], axis=-1)
+    assert gaps.min(1).max() < 1e-7 and gaps.min(0).max() < 1e-7  # every corner, nothing else (float32 mesh)
 
 
 @pytest.mark.slow

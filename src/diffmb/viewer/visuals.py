@@ -1,8 +1,9 @@
 """Visual primitives of a model file, placed on the bodies of the built model.
 
 URDF: each link's ``<visual>`` with a ``box``, ``sphere``, ``cylinder`` or an STL or OBJ
-``mesh`` (:mod:`.mesh_files`; Collada is not read: the body then shows its frame). MJCF: each body's ``<geom>`` of type ``box``,
-``sphere``, ``cylinder`` or ``capsule`` (``size`` or ``fromto``; ``pos``, ``quat``).
+``mesh`` (:mod:`.mesh_files`; Collada is not read: the body then shows its frame). MJCF:
+each body's geoms of type ``box``, ``sphere``, ``cylinder``, ``capsule`` or ``mesh``, as
+MuJoCo compiles them (defaults, orientations, ``fromto``, mesh files and inline meshes).
 A link merged into its moving ancestor by a fixed joint brings its visuals to that body
 through the merged frame's placement (``Model.frame_*``); a fixed base's root link, and
 links fixed to it, are drawn where they are in the world.
@@ -102,32 +103,41 @@ def _mesh(filename: str, model_path, scale) -> np.ndarray | None:
         return None
 
 
+#: MuJoCo's geom types (``mjtGeom``) drawn, and the name a primitive takes
+_MJ_GEOMS = {2: "sphere", 3: "capsule", 5: "cylinder", 6: "box", 7: "mesh"}
+
+
 def mjcf_visuals(path) -> dict:
-    """``{body: [(type, size, pos, R)]}`` in each MJCF body's frame."""
+    """``{body: [(type, size, pos, R)]}`` in each MJCF body's frame, read off the model
+    MuJoCo compiles (so default classes, ``euler``/``axisangle``, ``fromto`` and meshes —
+    files or inline vertices, as MuJoCo loaded them — are what MuJoCo uses); planes,
+    height fields and ellipsoids are not drawn."""
+    try:
+        import mujoco
+    except ImportError:  # pragma: no cover - depends on the environment
+        return {}
+    try:
+        m = mujoco.MjModel.from_xml_path(str(path))
+    except ValueError as e:
+        raise ValueError(str(e)) from None
     out = {}
-    for body in ET.parse(path).getroot().iter("body"):
-        for g in body.findall("geom"):
-            kind = g.get("type", "sphere")
-            size = np.pad([float(v) for v in (g.get("size") or "").split()][:3], (0, 3))[:3]
-            pos = _floats(g.get("pos"), 3, [0, 0, 0])
-            R = _quat_wxyz(_floats(g.get("quat"), 4, [1, 0, 0, 0]))
-            if g.get("fromto") and kind in ("capsule", "cylinder", "box"):
-                a, b = np.split(_floats(g.get("fromto"), 6, [0] * 6), 2)
-                d = b - a
-                L = float(np.linalg.norm(d))
-                if L == 0:
-                    continue
-                pos, R = (a + b) / 2, _align_z(d / L)
-                size = [size[0], L] if kind != "box" else [2 * size[0], 2 * size[1], L]
-            elif kind == "box":
-                size = 2 * size[:3]
-            elif kind == "sphere":
-                size = size[:1]
-            elif kind in ("capsule", "cylinder"):
-                size = [size[0], 2 * size[1]]
-            else:
-                continue
-            out.setdefault(body.get("name"), []).append(("cylinder" if kind == "cylinder" else kind, size, pos, R))
+    for g in range(m.ngeom):
+        kind = _MJ_GEOMS.get(int(m.geom_type[g]))
+        b = int(m.geom_bodyid[g])
+        if kind is None or b == 0:
+            continue
+        half = np.asarray(m.geom_size[g], float)
+        pos, R = np.asarray(m.geom_pos[g], float), _quat_wxyz(m.geom_quat[g])
+        if kind == "mesh":
+            k = int(m.geom_dataid[g])
+            v0, nv = int(m.mesh_vertadr[k]), int(m.mesh_vertnum[k])
+            f0, nf = int(m.mesh_faceadr[k]), int(m.mesh_facenum[k])
+            verts = np.asarray(m.mesh_vert[v0:v0 + nv], float)
+            size = verts[np.asarray(m.mesh_face[f0:f0 + nf])].reshape(nf, 9)
+        else:
+            size = {"sphere": half[:1], "box": 2 * half, "capsule": [half[0], 2 * half[1]],
+                    "cylinder": [half[0], 2 * half[1]]}[kind]
+        out.setdefault(m.body(b).name, []).append((kind, size, pos, R))
     return out
 
 
