@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb.mjcf_import import _quat_dcm, load_mjcf
-from test_mjcf_import import _random_mujoco_state, _with_key
+from diffmb.mjcf_import import load_mjcf
+from test_mjcf_import import _accelerations_both, _free_transform, _random_mujoco_state, _with_key
 
 ARMATURE_AND_FOREST = '''<mujoco><option gravity="0.3 -1 -9.81"><flag contact="disable"/></option>
 <default><joint armature="0.05"/><default class="geared"><joint armature="0.4" damping="0.3"/></default></default>
@@ -30,48 +30,6 @@ ARMATURE_AND_FOREST = '''<mujoco><option gravity="0.3 -1 -9.81"><flag contact="d
   <body name="flap" pos="0 0.15 0"><joint name="flap_hinge" axis="1 0 0" stiffness="2" springref="10"/>
     <geom type="box" size="0.1 0.1 0.01" pos="0 0.1 0" mass="0.2"/></body></body>
 </worldbody></mujoco>'''
-
-
-def _free_transform(m, qpos):
-    """``T``: diffmb's ``qd = T qvel``; each free joint's ``[v_world; w_body]`` becomes
-    ``[w_body; v_body]``."""
-    T = np.eye(m.nv)
-    for j in range(m.njnt):
-        if m.jnt_type[j] == 0:
-            v, a = m.jnt_dofadr[j], m.jnt_qposadr[j]
-            R = _quat_dcm(qpos[a + 3:a + 7])
-            T[v:v + 6, v:v + 6] = 0.0
-            T[v:v + 3, v + 3:v + 6] = np.eye(3)
-            T[v + 3:v + 6, v:v + 3] = R.T
-    return T
-
-
-def _accelerations_both(xml, seed):
-    """MuJoCo's smooth ``qacc`` and diffmb's, in diffmb's velocity coordinates, at a random
-    state set through a keyframe, with random applied joint forces."""
-    m = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(m)
-    rng = np.random.default_rng(seed)
-    qpos, qvel = _random_mujoco_state(m, rng)
-    tau = rng.normal(size=m.nv)
-    d.qpos[:], d.qvel[:], d.qfrc_applied[:] = qpos, qvel, tau
-    mujoco.mj_forward(m, d)
-    imp = load_mjcf(_with_key(xml, qpos, qvel), key="k")
-    T = _free_transform(m, qpos)
-    np.testing.assert_allclose(np.asarray(imp.qd0), T @ qvel, atol=1e-13)
-    system = imp.system()
-    x = np.concatenate([imp.q0, imp.qd0])
-    params = system.default_params()
-    tau_d = np.linalg.solve(T.T, tau)
-    qdd = np.asarray(system.accelerations(0.0, x, params)[0]) + np.asarray(
-        diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, tau_d)) - np.asarray(
-        diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, np.zeros(m.nv)))
-    expect = T @ d.qacc_smooth
-    for j in range(m.njnt):  # d/dt (R^T v_world) in body axes
-        if m.jnt_type[j] == 0:
-            v = m.jnt_dofadr[j]
-            expect[v + 3:v + 6] -= np.cross(qvel[v + 3:v + 6], T[v + 3:v + 6, v:v + 3] @ qvel[v:v + 3])
-    return m, d, imp, qdd, expect
 
 
 @pytest.mark.parametrize("seed", [0, 1])

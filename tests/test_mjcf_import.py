@@ -50,6 +50,48 @@ def _random_mujoco_state(m, rng):
     return qpos, rng.normal(size=m.nv)
 
 
+def _free_transform(m, qpos):
+    """``T``: diffmb's ``qd = T qvel``; each free joint's ``[v_world; w_body]`` becomes
+    ``[w_body; v_body]``."""
+    T = np.eye(m.nv)
+    for j in range(m.njnt):
+        if m.jnt_type[j] == 0:
+            v, a = m.jnt_dofadr[j], m.jnt_qposadr[j]
+            R = _quat_dcm(qpos[a + 3:a + 7])
+            T[v:v + 6, v:v + 6] = 0.0
+            T[v:v + 3, v + 3:v + 6] = np.eye(3)
+            T[v + 3:v + 6, v:v + 3] = R.T
+    return T
+
+
+def _accelerations_both(xml, seed):
+    """MuJoCo's smooth ``qacc`` and diffmb's, in diffmb's velocity coordinates, at a random
+    state set through a keyframe, with random applied joint forces."""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(seed)
+    qpos, qvel = _random_mujoco_state(m, rng)
+    tau = rng.normal(size=m.nv)
+    d.qpos[:], d.qvel[:], d.qfrc_applied[:] = qpos, qvel, tau
+    mujoco.mj_forward(m, d)
+    imp = load_mjcf(_with_key(xml, qpos, qvel), key="k")
+    T = _free_transform(m, qpos)
+    np.testing.assert_allclose(np.asarray(imp.qd0), T @ qvel, atol=1e-13)
+    system = imp.system()
+    x = np.concatenate([imp.q0, imp.qd0])
+    params = system.default_params()
+    tau_d = np.linalg.solve(T.T, tau)
+    qdd = np.asarray(system.accelerations(0.0, x, params)[0]) + np.asarray(
+        diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, tau_d)) - np.asarray(
+        diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, np.zeros(m.nv)))
+    expect = T @ d.qacc_smooth
+    for j in range(m.njnt):  # d/dt (R^T v_world) in body axes
+        if m.jnt_type[j] == 0:
+            v = m.jnt_dofadr[j]
+            expect[v + 3:v + 6] -= np.cross(qvel[v + 3:v + 6], T[v + 3:v + 6, v:v + 3] @ qvel[v:v + 3])
+    return m, d, imp, qdd, expect
+
+
 def _with_key(xml, qpos, qvel):
     fmt = lambda v: " ".join(f"{x:.17g}" for x in v)  # noqa: E731
     key = f'<keyframe><key name="k" qpos="{fmt(qpos)}" qvel="{fmt(qvel)}"/></keyframe>'
@@ -58,29 +100,11 @@ def _with_key(xml, qpos, qvel):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_open_tree_accelerations_match_mj_forward(seed):
-    m = mujoco.MjModel.from_xml_string(TREE)
-    d = mujoco.MjData(m)
-    rng = np.random.default_rng(seed)
-    qpos, qvel = _random_mujoco_state(m, rng)
-    tau = rng.normal(size=m.nv)
-    d.qpos[:], d.qvel[:], d.qfrc_applied[:] = qpos, qvel, tau
-    mujoco.mj_forward(m, d)
-    imp = load_mjcf(_with_key(TREE, qpos, qvel), key="k")  # the keyframe gives the same state
+    m, d, imp, qdd, expect = _accelerations_both(TREE, seed)  # the keyframe gives the same state
     model = imp.model
     assert model.joint_names == ("root", "h1", "s1", "b1")
     assert model.body_names == ("base", "arm/h1", "arm", "hand")  # two joints: one massless link between
-    # free joint: MuJoCo's qvel = [v_world; omega_body], diffmb's qd = [omega_body; v_body]
-    R = _quat_dcm(qpos[3:7])
-    T = np.eye(m.nv)
-    T[:6, :6] = 0.0
-    T[0:3, 3:6], T[3:6, 0:3] = np.eye(3), R.T
-    np.testing.assert_allclose(np.asarray(imp.qd0), T @ qvel, atol=1e-14)
-    tau_d = np.linalg.solve(T.T, tau)
-    passive = np.asarray(diffmb.joint_forces(model, imp.q0, imp.qd0))  # damping and springs
-    a = np.asarray(diffmb.forward_dynamics(model, imp.q0, imp.qd0, tau_d + passive))
-    expect = T @ d.qacc
-    expect[3:6] -= np.cross(qvel[3:6], R.T @ qvel[0:3])  # d/dt (R^T v_world) in body axes
-    np.testing.assert_allclose(a, expect, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(qdd, expect, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("base", ["free", "fixed"])
