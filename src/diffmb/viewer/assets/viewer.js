@@ -198,6 +198,13 @@
     const v = poses[i * 7 + k]; if (isFinite(v)) { lo[k] = Math.min(lo[k], v); hi[k] = Math.max(hi[k], v); }
   }
   for (let k = 0; k < 3; k++) { lo[k] -= reach; hi[k] += reach; }
+  // panels folded flat lie in one plane: each body's faces are lifted along their normal by
+  // a few 1e-4 of the scene (body index mod 6), so stacked panels keep a fixed order on screen
+  // instead of flickering (z-fighting)
+  const lift = new Float32Array(N);
+  { const extent = Math.max(hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2], 1e-9);
+    const unit = isFinite(extent) ? 2e-4 * extent : 0;
+    for (let b = 0; b < N; b++) lift[b] = unit * (b % 6); }
   const center = new THREE.Vector3((lo[0] + hi[0]) / 2, (lo[1] + hi[1]) / 2, (lo[2] + hi[2]) / 2);
   const size = Math.max(hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2], 1e-3);
 
@@ -373,6 +380,8 @@
       const o = triBody[i] * 7;
       transform(pose, o, triLocal[3 * i], triLocal[3 * i + 1], triLocal[3 * i + 2], triWorld, 3 * i);
       rotateOnly(pose, o, triNrm[3 * i], triNrm[3 * i + 1], triNrm[3 * i + 2], triNWorld, 3 * i);
+      const h = lift[triBody[i]];
+      for (let k = 0; k < 3; k++) triWorld[3 * i + k] += h * triNWorld[3 * i + k];
     }
     for (let i = 0; i < nSeg; i++) transform(pose, segBody[i] * 7, segLocal[3 * i], segLocal[3 * i + 1], segLocal[3 * i + 2], segWorld, 3 * i);
     const q = qi >= 0 ? quantities[qi] : null;
