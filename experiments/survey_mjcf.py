@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 import diffmb  # noqa: E402
-from diffmb.mjcf_import import _quat_dcm, load_mjcf  # noqa: E402
+from diffmb.mjcf_import import load_mjcf, velocity_map  # noqa: E402
 
 TOL = 1e-9
 
@@ -49,17 +49,6 @@ def _random_state(m, rng):
         else:
             qpos[a] += 0.3 * rng.normal()
     return qpos, rng.normal(size=m.nv)
-
-
-def _free_transform(m, qpos):
-    T = np.eye(m.nv)
-    for j in range(m.njnt):
-        if m.jnt_type[j] == 0:
-            v, a = m.jnt_dofadr[j], m.jnt_qposadr[j]
-            T[v:v + 6, v:v + 6] = 0.0
-            T[v:v + 3, v + 3:v + 6] = np.eye(3)
-            T[v + 3:v + 6, v:v + 3] = _quat_dcm(qpos[a + 3:a + 7]).T
-    return T
 
 
 def _with_key(text, qpos, qvel):
@@ -117,7 +106,7 @@ def survey_file(path, seed=0):
     params = system.default_params()
     tau = system.generalized_force(0.0, imp.q0, imp.qd0, params)
     ours = np.asarray(diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, tau))
-    T = _free_transform(m, qpos)
+    T = velocity_map(m, qpos)
     theirs = T @ d.qacc_smooth
     for j in range(m.njnt):
         if m.jnt_type[j] == 0:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb.mjcf_import import load_mjcf
-from test_mjcf_import import _accelerations_both, _free_transform, _random_mujoco_state, _with_key
+from diffmb.mjcf_import import load_mjcf, velocity_map
+from test_mjcf_import import _accelerations_both, _random_mujoco_state, _with_key
 
 ARMATURE_AND_FOREST = '''<mujoco><option gravity="0.3 -1 -9.81"><flag contact="disable"/></option>
 <default><joint armature="0.05"/><default class="geared"><joint armature="0.4" damping="0.3"/></default></default>
@@ -71,7 +71,7 @@ def test_fluid_forces_match_mujocos_inertia_box_model():
         assert imp.notes == [] and imp.fluid.body == (0, 1, 2, 3, 4, 5, 5)  # the tag's box on the flap
         system = imp.system()
         tau = np.asarray(system.generalized_force(0.0, imp.q0, imp.qd0, system.default_params()))
-        T = _free_transform(m, d.qpos)
+        T = velocity_map(m, d.qpos)
         passive = np.linalg.solve(T.T, d.qfrc_passive)   # generalized forces: qd = T qvel
         assert np.abs(passive).max() > 10.0                # the medium pushes hard here
         np.testing.assert_allclose(tau, passive, rtol=1e-12, atol=1e-11)

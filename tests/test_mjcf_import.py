@@ -13,7 +13,7 @@ import pytest
 
 import diffmb
 from diffmb.mjcf import to_mjcf, to_mujoco_state
-from diffmb.mjcf_import import _quat_dcm, load_mjcf
+from diffmb.mjcf_import import load_mjcf, velocity_map
 from conftest import make_random_model, random_state
 from test_closures import one_dof_reference as _reference
 
@@ -50,20 +50,6 @@ def _random_mujoco_state(m, rng):
     return qpos, rng.normal(size=m.nv)
 
 
-def _free_transform(m, qpos):
-    """``T``: diffmb's ``qd = T qvel``; each free joint's ``[v_world; w_body]`` becomes
-    ``[w_body; v_body]``."""
-    T = np.eye(m.nv)
-    for j in range(m.njnt):
-        if m.jnt_type[j] == 0:
-            v, a = m.jnt_dofadr[j], m.jnt_qposadr[j]
-            R = _quat_dcm(qpos[a + 3:a + 7])
-            T[v:v + 6, v:v + 6] = 0.0
-            T[v:v + 3, v + 3:v + 6] = np.eye(3)
-            T[v + 3:v + 6, v:v + 3] = R.T
-    return T
-
-
 def _accelerations_both(xml, seed):
     """MuJoCo's smooth ``qacc`` and diffmb's, in diffmb's velocity coordinates, at a random
     state set through a keyframe, with random applied joint forces."""
@@ -75,7 +61,7 @@ def _accelerations_both(xml, seed):
     d.qpos[:], d.qvel[:], d.qfrc_applied[:] = qpos, qvel, tau
     mujoco.mj_forward(m, d)
     imp = load_mjcf(_with_key(xml, qpos, qvel), key="k")
-    T = _free_transform(m, qpos)
+    T = velocity_map(m, qpos)
     np.testing.assert_allclose(np.asarray(imp.qd0), T @ qvel, atol=1e-13)
     system = imp.system()
     x = np.concatenate([imp.q0, imp.qd0])

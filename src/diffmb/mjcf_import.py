@@ -93,12 +93,26 @@ class MjcfModel:
                           stabilization=stabilization, baumgarte=baumgarte, **kw)
 
 
-def _quat_dcm(q):
+def quat_dcm(q):
     """DCM ``R`` (child -> parent components) of a MuJoCo quaternion ``(w, x, y, z)``."""
     w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
     return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
                      [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
                      [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+
+
+def velocity_map(m, qpos) -> np.ndarray:
+    """``T (nv, nv)`` with diffmb's ``qd = T qvel`` at MuJoCo's ``qpos``: identity but for
+    each free joint, whose ``[v_world; w_body]`` becomes ``[w_body; v_body]`` (hinge, slide
+    and ball rates are the same in both)."""
+    T = np.eye(m.nv)
+    for j in range(m.njnt):
+        if m.jnt_type[j] == 0:
+            v, a = m.jnt_dofadr[j], m.jnt_qposadr[j]
+            T[v:v + 6, v:v + 6] = 0.0
+            T[v:v + 3, v + 3:v + 6] = np.eye(3)
+            T[v + 3:v + 6, v:v + 3] = quat_dcm(qpos[a + 3:a + 7]).T
+    return T
 
 
 def _mujoco():
@@ -143,9 +157,9 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
     for i in range(1, m.nbody):
         bname = name(OBJ.mjOBJ_BODY, i)
         parent = int(m.body_parentid[i])
-        R = _quat_dcm(m.body_quat[i])                      # body -> parent
+        R = quat_dcm(m.body_quat[i])                      # body -> parent
         pos = m.body_pos[i] - offset[parent]               # in the parent's diffmb frame
-        Ri = _quat_dcm(m.body_iquat[i])
+        Ri = quat_dcm(m.body_iquat[i])
         inertia = Ri @ np.diag(m.body_inertia[i]) @ Ri.T
         adr, num = int(m.body_jntadr[i]), int(m.body_jntnum[i])
         mass = float(m.body_mass[i])
@@ -220,7 +234,7 @@ def _fluid(m, model, offset, last, name, notes):
             notes.append(f"body {name(mujoco.mjtObj.mjOBJ_BODY, i)!r}: the ellipsoid fluid model (fluidshape) "
                          f"is not carried over; this body moves without fluid forces")
             continue
-        Ri = _quat_dcm(m.body_iquat[i])                      # principal -> MuJoCo body
+        Ri = quat_dcm(m.body_iquat[i])                      # principal -> MuJoCo body
         if last[i] in frames:                                # welded: a frame of a moving body
             k = frames[last[i]]
             body = int(model.frame_bodies[k])
@@ -393,7 +407,7 @@ def _equalities(m, model, offset, last, joints, name, where):
             pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="point", axis=0, rot_a=np.eye(3),
                               pos_a=d[0:3] - offset[b1], rot_b=np.eye(3), pos_b=d[3:6] - offset[b2]))
         else:  # weld: body2's pose in body1's frame is relpose (position d[3:6], quaternion d[6:10])
-            Rrel = _quat_dcm(d[6:10])
+            Rrel = quat_dcm(d[6:10])
             pairs.append(dict(name=ename, body_a=ia, body_b=ib, kind="weld", axis=0, rot_a=Rrel.T,
                               pos_a=d[3:6] - offset[b1], rot_b=np.eye(3), pos_b=-offset[b2]))
     return loop_closures(model, pairs) if pairs else None
@@ -439,7 +453,7 @@ def _site_closure(m, model, offset, last, e, ename, weld):
     for site in (int(m.eq_obj1id[e]), int(m.eq_obj2id[e])):
         b = int(m.site_bodyid[site])
         ends.append((-1 if b == 0 else model.body_index(last[b]), m.site_pos[site] - offset[b],
-                     _quat_dcm(m.site_quat[site]).T if weld else np.eye(3)))
+                     quat_dcm(m.site_quat[site]).T if weld else np.eye(3)))
     (ia, pa, Ra), (ib, pb, Rb) = ends
     return dict(name=ename, body_a=ia, body_b=ib, kind="weld" if weld else "point", axis=0,
                 rot_a=Ra, pos_a=pa, rot_b=Rb, pos_b=pb)
@@ -493,14 +507,14 @@ def _state(m, model, joints, key, where, name):
         s, e = model.body_slices[model.body_index(body)]
         a, v = int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
         if kind == "free":
-            R = _quat_dcm(qpos[a + 3:a + 7])               # body -> world
+            R = quat_dcm(qpos[a + 3:a + 7])               # body -> world
             q[s:s + 3] = np.asarray(sp.dcm_to_mrp(jnp.asarray(R.T)))
             q[s + 3:e] = qpos[a:a + 3]
             qd[s:s + 3] = qvel[v + 3:v + 6]                 # omega, body axes
             qd[s + 3:e] = R.T @ qvel[v:v + 3]               # v: world -> body axes
         elif kind == "spherical":
-            q0 = _quat_dcm(m.qpos0[a:a + 4])
-            R = q0.T @ _quat_dcm(qpos[a:a + 4])             # relative to the reference
+            q0 = quat_dcm(m.qpos0[a:a + 4])
+            R = q0.T @ quat_dcm(qpos[a:a + 4])             # relative to the reference
             q[s:e] = np.asarray(sp.dcm_to_mrp(jnp.asarray(R.T)))
             qd[s:e] = qvel[v:v + 3]
         else:

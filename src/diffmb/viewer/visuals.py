@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+import jax.numpy as jnp
 import numpy as np
 
+from .. import spatial as sp
+from ..mjcf_import import quat_dcm
 from . import mesh_files
 from .saved import model_args
 from .scene import dcm_to_quat, packed
@@ -33,20 +36,6 @@ def _floats(text, n, default):
         return np.asarray(default, float)
     vals = [float(v) for v in text.split()]
     return np.asarray(vals[:n] if len(vals) >= n else default, float)
-
-
-def _rpy(r, p, y) -> np.ndarray:
-    cr, sr, cp, sp, cy, sy = np.cos(r), np.sin(r), np.cos(p), np.sin(p), np.cos(y), np.sin(y)
-    return np.array([[cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-                     [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-                     [-sp, cp * sr, cp * cr]])
-
-
-def _quat_wxyz(q) -> np.ndarray:
-    w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
 def _align_z(d: np.ndarray) -> np.ndarray:
@@ -72,7 +61,7 @@ def urdf_visuals(path) -> dict:
         for vis in link.findall("visual"):
             origin = vis.find("origin")
             pos = _floats(None if origin is None else origin.get("xyz"), 3, [0, 0, 0])
-            R = _rpy(*_floats(None if origin is None else origin.get("rpy"), 3, [0, 0, 0]))
+            R = np.asarray(sp.rpy_dcm(jnp.asarray(_floats(None if origin is None else origin.get("rpy"), 3, [0, 0, 0])))).T
             geom = vis.find("geometry")
             if geom is None:
                 continue
@@ -127,7 +116,7 @@ def mjcf_visuals(path) -> dict:
         if kind is None or b == 0:
             continue
         half = np.asarray(m.geom_size[g], float)
-        pos, R = np.asarray(m.geom_pos[g], float), _quat_wxyz(m.geom_quat[g])
+        pos, R = np.asarray(m.geom_pos[g], float), quat_dcm(m.geom_quat[g])
         if kind == "mesh":
             k = int(m.geom_dataid[g])
             v0, nv = int(m.mesh_vertadr[k]), int(m.mesh_vertnum[k])
