@@ -1,16 +1,22 @@
-"""Headless Chromium for the viewer tests (selenium + the system's chromedriver).
+"""Browsers for the viewer tests, driven by selenium: headless Chromium (the system's
+chromedriver) and WebKitGTK, Safari's engine (the system's WebKitWebDriver and its
+MiniBrowser, on a private Xvfb display).
 
-``chromium_available()`` says whether a browser is installed; ``page(path)`` opens a
-page and yields a driver once the viewer has drawn its first frame.
+``chromium_available()`` / ``webkit_available()`` say whether a browser is installed;
+``browser()`` / ``webkit()`` yield a driver; ``open_page(drv, path)`` opens a page and
+returns once the viewer has drawn its first frame.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import shutil
+import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -85,3 +91,78 @@ def wait_rendered(drv, before: int, timeout: float = 10.0):
             return
         time.sleep(0.03)
     raise AssertionError("the viewer did not redraw")
+
+
+# ---------------------------------------------------------------- WebKitGTK (Safari's engine)
+def webkit_available() -> bool:
+    """WebKitWebDriver (Debian: webkit2gtk-driver, which brings MiniBrowser) and Xvfb."""
+    return shutil.which("WebKitWebDriver") is not None and shutil.which("Xvfb") is not None
+
+
+@contextlib.contextmanager
+def xvfb(size: str = "1280x1024x24"):
+    """A private X display (Xvfb picks a free number and writes it to a pipe); yields
+    ``":N"`` and stops the server at the end."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", size, "-nolisten", "tcp"],
+                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        with os.fdopen(r) as f:
+            number = f.readline().strip()
+        if not number:
+            raise RuntimeError(f"Xvfb did not start (exit status {proc.poll()})")
+        yield f":{number}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def webkit(width: int = 1200, height: int = 800):
+    """WebKitWebDriver driving its MiniBrowser on its own Xvfb display (WebGL through
+    Mesa's software GL). WebKitWebDriver keeps no browser log: pages opened with
+    :func:`open_page` after :func:`instrumented` record their errors themselves."""
+    from selenium import webdriver
+    from selenium.webdriver.webkitgtk.service import Service
+
+    with xvfb() as display:
+        env = dict(os.environ, DISPLAY=display)
+        env.pop("WAYLAND_DISPLAY", None)
+        drv = webdriver.WebKitGTK(service=Service(shutil.which("WebKitWebDriver"), env=env,
+                                                  log_output=subprocess.DEVNULL))
+        try:
+            drv.set_window_size(width, height)
+            yield drv
+        finally:
+            drv.quit()
+
+
+# recorded in the page itself, before any of its scripts run: console.error calls, uncaught
+# errors and unhandled rejections (for drivers without a browser log)
+_RECORDER = """<script>window.__diffmbErrors = [];
+(function () { var e = console.error;
+  console.error = function () { window.__diffmbErrors.push(Array.prototype.map.call(arguments, String).join(" "));
+    return e.apply(console, arguments); };
+  window.addEventListener("error", function (ev) { window.__diffmbErrors.push("uncaught: " + ev.message); });
+  window.addEventListener("unhandledrejection", function (ev) { window.__diffmbErrors.push("rejection: " + ev.reason); });
+})();</script>"""
+
+
+def instrumented(path) -> Path:
+    """A copy of the page at ``path`` (``NAME.recorded.html`` beside it) whose first script
+    records console errors in ``window.__diffmbErrors`` (read by :func:`recorded_errors`)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    assert text.count("<head>") == 1
+    out = path.with_name(path.stem + ".recorded.html")
+    out.write_text(text.replace("<head>", "<head>" + _RECORDER, 1), encoding="utf-8")
+    return out
+
+
+def recorded_errors(drv) -> list:
+    return list(drv.execute_script("return window.__diffmbErrors || ['no recorder in the page']"))

@@ -237,6 +237,11 @@
     camera.position.set(t.x + orbit.radius * s * Math.cos(orbit.theta), t.y + orbit.radius * s * Math.sin(orbit.theta),
       t.z + orbit.radius * Math.cos(orbit.phi));
     camera.lookAt(t);
+    // the near plane follows the distance, so the depth buffer resolves the stacked panels'
+    // lift (2e-4 of the scene) at any zoom: at 1e-3 of the scene it did not in WebKit
+    camera.near = Math.max(0.02 * orbit.radius, size * 1e-5);
+    camera.far = orbit.radius + 100 * size;
+    camera.updateProjectionMatrix();
     sun.position.copy(camera.position).add(new THREE.Vector3(0, 0, size));
     sun.target.position.copy(t);
     sun.target.updateMatrixWorld();
