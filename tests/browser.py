@@ -1,10 +1,11 @@
-"""Browsers for the viewer tests, driven by selenium: headless Chromium (the system's
-chromedriver) and WebKitGTK, Safari's engine (the system's WebKitWebDriver and its
-MiniBrowser, on a private Xvfb display).
+"""Browsers for the viewer tests: headless Chromium (selenium and the system's
+chromedriver), WebKitGTK, Safari's engine (selenium and the system's WebKitWebDriver with
+its MiniBrowser) and Firefox (Mozilla's ``marionette_driver`` talking to Firefox's own
+Marionette server: no geckodriver), the last two on a private Xvfb display.
 
-``chromium_available()`` / ``webkit_available()`` say whether a browser is installed;
-``browser()`` / ``webkit()`` yield a driver; ``open_page(drv, path)`` opens a page and
-returns once the viewer has drawn its first frame.
+``chromium_available()`` / ``webkit_available()`` / ``firefox_available()`` say whether a
+browser is installed; ``browser()`` / ``webkit()`` / ``firefox()`` yield a driver;
+``open_page(drv, path)`` opens a page and returns once the viewer has drawn its first frame.
 """
 
 from __future__ import annotations
@@ -140,6 +141,71 @@ def webkit(width: int = 1200, height: int = 800):
             yield drv
         finally:
             drv.quit()
+
+
+# ---------------------------------------------------------------- Firefox (Marionette)
+def firefox() -> str | None:
+    return shutil.which("firefox-esr") or shutil.which("firefox")
+
+
+def firefox_available() -> bool:
+    try:
+        import marionette_driver.marionette  # noqa: F401
+    except ImportError:
+        return False
+    return firefox() is not None and shutil.which("Xvfb") is not None
+
+
+class _Marionette:
+    """The few selenium calls the tests make, on a Marionette client (scripts run in the
+    page's own scope, not in a sandbox, so they see the viewer's globals)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def get(self, url):
+        self.client.navigate(url)
+
+    def execute_script(self, script, *args):
+        return self.client.execute_script(script, script_args=list(args), sandbox=None)
+
+    def save_screenshot(self, path):
+        Path(path).write_bytes(self.client.screenshot(format="binary"))
+
+    def set_window_size(self, width, height):
+        self.client.set_window_rect(width=width, height=height)
+
+
+@contextlib.contextmanager
+def firefox_driver(width: int = 1200, height: int = 800):
+    """Firefox (ESR) on its own Xvfb display (WebGL through Mesa's software GL: headless
+    Firefox gets no WebGL context without a GPU), driven over Marionette."""
+    import socket
+
+    from marionette_driver.marionette import Marionette
+
+    with socket.socket() as s:  # a free port for Marionette
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with xvfb() as display:
+        old = os.environ.get("DISPLAY")
+        os.environ["DISPLAY"] = display  # mozrunner starts Firefox with this process's environment
+        client = Marionette(host="127.0.0.1", port=port, bin=firefox(), headless=False, startup_timeout=120)
+        try:
+            client.start_session()
+            drv = _Marionette(client)
+            drv.set_window_size(width, height)
+            yield drv
+        finally:
+            try:
+                if client.session is not None:
+                    client.delete_session()
+            finally:
+                client.cleanup()
+                if old is None:
+                    os.environ.pop("DISPLAY", None)
+                else:
+                    os.environ["DISPLAY"] = old
 
 
 # recorded in the page itself, before any of its scripts run: console.error calls, uncaught
