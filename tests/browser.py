@@ -190,7 +190,9 @@ def firefox_driver(width: int = 1200, height: int = 800):
     with xvfb() as display:
         old = os.environ.get("DISPLAY")
         os.environ["DISPLAY"] = display  # mozrunner starts Firefox with this process's environment
-        client = Marionette(host="127.0.0.1", port=port, bin=firefox(), headless=False, startup_timeout=120)
+        logs = tempfile.mkdtemp(prefix="diffmb-firefox-")  # Firefox's own log (else gecko.log here)
+        client = Marionette(host="127.0.0.1", port=port, bin=firefox(), headless=False, startup_timeout=120,
+                            gecko_log=os.path.join(logs, "gecko.log"))
         try:
             client.start_session()
             drv = _Marionette(client)
@@ -202,6 +204,7 @@ def firefox_driver(width: int = 1200, height: int = 800):
                     client.delete_session()
             finally:
                 client.cleanup()
+                shutil.rmtree(logs, ignore_errors=True)
                 if old is None:
                     os.environ.pop("DISPLAY", None)
                 else:
