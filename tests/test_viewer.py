@@ -262,16 +262,48 @@ def test_run_view_writes_the_page(tmp_path):
 
 def test_view_a_sweep_member(tmp_path, capsys):
     sweep = tmp_path / "sweep.json"
-    sweep.write_text(json.dumps({"scenario": "pendulum", "t1": 0.2, "batch": 2, "members": [
+    sweep.write_text(json.dumps({"scenario": "pendulum", "t1": 0.2, "batch": 2, "solver": "tsit5", "dt": None,
+                                 "rtol": 1e-6, "atol": 1e-8, "stabilization": "none", "members": [
         {"l": 0.5, "status": "success", "peak_hinge_rate": 4.3}, {"l": 0.8, "status": "success"}]}))
     assert cli(["view", str(sweep), "--member", "1,0", "--quiet"]) == 0
     for k, length in ((0, 0.5), (1, 0.8)):
         run = saved.load(tmp_path / "sweep.member1-0_run" / f"member{k}" / "pendulum.npz")
         assert run.values["l"] == length and run.meta["t1"] == 0.2
+        assert (run.meta["solver"], run.meta["rtol"], run.meta["atol"]) == ("tsit5", 1e-6, 1e-8)
     page = (tmp_path / "sweep.member1-0.html").read_text()
     assert '"bodies":["member 1: link1","member 0: link1"]' in page
     assert cli(["view", str(sweep)]) == 2 and "--member" in capsys.readouterr().err
     assert cli(["view", str(sweep), "--member", "2"]) == 2 and "members 0 to 1" in capsys.readouterr().err
+
+
+def test_sweep_records_its_run_settings_and_a_member_runs_again_with_them(tmp_path, capsys):
+    """A sweep with another solver, step and stabilization than the scenario's records them
+    (--json, and with --table its summary.json and members.parquet); viewing a member runs
+    it again with them."""
+    sweep, table = tmp_path / "sweep.json", tmp_path / "table"
+    argv = ["sweep", "four-bar", "--batch", "2", "--set", "theta0=0.2:0.4", "--t1", "0.1", "--solver", "euler",
+            "--dt", "0.002", "--stabilization", "baumgarte", "--json", str(sweep), "--quiet"]
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        pq = None
+    assert cli(argv + (["--table", str(table)] if pq else [])) == 0
+    used = {"solver": "euler", "dt": 0.002, "stabilization": "baumgarte"}
+    data = json.loads(sweep.read_text())
+    assert {k: data[k] for k in used} == used and data["t1"] == 0.1
+    if pq:
+        summary = json.loads((table / "summary.json").read_text())
+        assert {k: summary[k] for k in used} == used
+        meta = json.loads(pq.read_schema(table / "members.parquet").metadata[b"diffmb"])
+        assert {k: meta[k] for k in used} == used and meta["t1"] == 0.1
+    capsys.readouterr()
+    assert cli(["view", str(sweep), "--member", "1", "--quiet"]) == 0
+    run = saved.load(tmp_path / "sweep.member1_run" / "member1" / "four-bar.npz")
+    assert {k: run.meta[k] for k in used} == used and run.meta["t1"] == 0.1
+    assert run.values["theta0"] == pytest.approx(data["members"][1]["theta0"])
+    data["solver"] = "rk5"
+    sweep.write_text(json.dumps(data))
+    assert cli(["view", str(sweep), "--member", "0"]) == 2 and "field 'solver'" in capsys.readouterr().err
 
 
 def test_mjcf_geoms_become_primitives(tmp_path):

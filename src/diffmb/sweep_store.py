@@ -157,9 +157,11 @@ def read_chunk(path, n: int) -> dict:
     return out
 
 
-def consolidate(path) -> Path:
+def consolidate(path, metadata: dict | None = None) -> Path:
     """``DIR/members.parquet``: every part's rows in member order, one file (streamed
-    part by part, so a sweep of millions of members needs one part's memory)."""
+    part by part, so a sweep of millions of members needs one part's memory).
+    ``metadata`` (JSON values: the run settings the members used) goes into the file's
+    schema metadata under ``diffmb``."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -170,7 +172,9 @@ def consolidate(path) -> Path:
         for n in finished(path):
             t = pq.read_table(part_path(path, n))
             if writer is None:
-                writer = pq.ParquetWriter(tmp, t.schema)
+                schema = t.schema if metadata is None else t.schema.with_metadata(
+                    {**(t.schema.metadata or {}), b"diffmb": json.dumps(metadata).encode()})
+                writer = pq.ParquetWriter(tmp, schema)
             writer.write_table(t)
     finally:
         if writer is not None:

@@ -9,7 +9,12 @@ draws), ``--set NAME=v`` fixes it.
 running Dask cluster (:mod:`diffmb.distributed`); ``--table DIR`` writes every finished
 chunk to a Parquet store (:mod:`diffmb.sweep_store`) that ``--resume`` continues, running
 only the chunks it lacks; ``--plot FILE`` draws ``--metric`` over the swept parameters
-(:mod:`diffmb.sweep_report`). Workers and the store need the ``cluster`` extra."""
+(:mod:`diffmb.sweep_report`). Workers and the store need the ``cluster`` extra.
+
+``--json``, the store's ``summary.json`` and ``members.parquet`` (its schema metadata,
+key ``diffmb``) record the run settings every member used: ``t1``, ``solver``, ``dt``,
+``rtol``, ``atol``, ``stabilization`` (``diffmb view SWEEP.json --member K`` runs a
+member again with them)."""
 
 from __future__ import annotations
 
@@ -188,17 +193,22 @@ def main(args) -> int:
         res.write_csv(args.csv)
     cols = sweep_report.columns(res)
     report = sweep_report.summary(cols, swept=list(ranges))
+    # the run settings every member used (the --json and the table's summary.json keep them):
+    # `diffmb view SWEEP.json --member K` runs a member again with them
+    used = {"solver": st["solver"], "dt": st["dt"], "rtol": st["rtol"], "atol": st["atol"],
+            "stabilization": args.stabilization or sc.stabilization}
     if args.table is not None and not res.interrupted:
-        sweep_store.consolidate(args.table)
+        sweep_store.consolidate(args.table, {"scenario": sc.name, "t1": res.t1, **used})
     if args.table is not None:
         write_json(args.table / "summary.json", {"scenario": sc.name, "requested": res.requested,
-                                                 "finished": res.batch, **report})
+                                                 "finished": res.batch, "t1": res.t1, **used, **report})
     plotted = None
     if args.plot is not None and res.batch:
         metric = sweep_report.pick_metric(cols, args.metric)
         plotted = sweep_report.plot(cols, args.plot, swept=list(ranges), metric=metric,
                                     grid=args.sample == "grid", title=f"{sc.name}: {metric}")
-    obj = {"scenario": sc.name, **res.to_json(), "flagged": report["flagged"]} if args.json is not None else None
+    obj = ({"scenario": sc.name, **res.to_json(), **used, "flagged": report["flagged"]}
+           if args.json is not None else None)
     lines = _table_lines(cols) if res.batch else []
     where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} device(s)"
     ran = res.batch - res.resumed

@@ -6,8 +6,9 @@ its legend and a synchronised plot, world axes, grid and scale bar. ``RUN.npz`` 
 ``diffmb run`` writes; its scenario or model file is rebuilt from the metadata.
 
 A sweep keeps no trajectories: ``diffmb view SWEEP.json --member K`` runs member ``K`` of a
-``diffmb sweep --json`` file again (its values, the sweep's horizon, the scenario's solver
-settings) into ``<page>_run/`` and shows it; ``--member K,L,M`` shows a few side by side.
+``diffmb sweep --json`` file again (its values, the sweep's horizon, solver, step,
+tolerances and stabilization as its JSON records them) into ``<page>_run/`` and shows it;
+``--member K,L,M`` shows a few side by side.
 
 Also: ``--fold FILE.fold`` (origami runs) the frames as a multi-frame FOLD file,
 ``--gltf FILE.gltf`` / ``--obj FILE.obj`` one frame (``--at T``, default the last) as a
@@ -65,15 +66,23 @@ def _members(text: str) -> list:
 
 
 def _simulate_member(args, out: Path, k: int) -> Path:
-    """Run member ``k`` of the sweep again (``diffmb run`` with its values, the scenario's
-    solver settings, the sweep's horizon) into ``<out stem>_run/member<k>/``; its npz."""
+    """Run member ``k`` of the sweep again (``diffmb run`` with its values and the sweep's
+    horizon and run settings, the scenario's where the JSON has none) into
+    ``<out stem>_run/member<k>/``; its npz."""
+    from .. import scenarios
+    from ..integrate import ADAPTIVE_SOLVERS
     from ..viewer.sweep_member import member
     from . import run
 
-    name, values, t1 = member(args.run, k)
+    name, values, t1, st = member(args.run, k)
     folder = out.with_name(out.stem + "_run") / f"member{k}"
     argv = [name, "--out", str(folder), "--no-plot", "--quiet", "--discard"]
     argv += [f"--set={k}={v!r}" for k, v in values.items()] + (["--t1", repr(t1)] if t1 else [])
+    solver = st.get("solver") or scenarios.get(name).solver
+    # tolerances only for an adaptive solver (a fixed-step one refuses them: it ignores them)
+    argv += [f"--{o}={st[o]}" if isinstance(st[o], str) else f"--{o}={st[o]!r}"
+             for o in ("solver", "dt", "stabilization") + (("rtol", "atol") if solver in ADAPTIVE_SOLVERS else ())
+             if o in st]
     parsed = build_parser().parse_args(["run"] + argv)
     code = run.main(parsed)
     if code not in (0, 1):
