@@ -10,6 +10,10 @@ a 1200x800 and a 500x420 window. Writes ``out/bench_view.json`` and prints it.
 
     python experiments/bench_view.py                  # 20x20 over 10 s, and the 4-panel fold
     python experiments/bench_view.py --size 10 --t1 30
+    python experiments/bench_view.py --run out/real20/map-fold.npz   # a real run's page
+
+``--run RUN.npz`` measures the page of a run file that ``diffmb run`` wrote (an
+integrated run) instead, and writes ``out/bench_view_run.json``.
 """
 
 from __future__ import annotations
@@ -63,16 +67,20 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=20)
     p.add_argument("--t1", type=float, default=10.0)
+    p.add_argument("--run", type=Path, metavar="RUN.npz", help="measure the page of this run file instead")
     args = p.parse_args()
     folder = ROOT / "out" / "bench_view"
     folder.mkdir(parents=True, exist_ok=True)
-    cases = [("map-fold", dict(name="map-fold", t1=args.t1, n=int(100 * args.t1) + 1,
-                               overrides={"rows": args.size, "cols": args.size})),
-             ("fold-4panel", dict(name="fold-4panel", t1=2.0, n=81))]
+    if args.run is not None:
+        cases = [(args.run.stem + "-run", None)]
+    else:
+        cases = [("map-fold", dict(name="map-fold", t1=args.t1, n=int(100 * args.t1) + 1,
+                                   overrides={"rows": args.size, "cols": args.size})),
+                 ("fold-4panel", dict(name="fold-4panel", t1=2.0, n=81))]
     pages = []
     for label, kw in cases:
         start = time.perf_counter()
-        run = fold_run(folder / f"{label}.npz", **kw)
+        run = args.run if kw is None else fold_run(folder / f"{label}.npz", **kw)
         sc = scene_of(saved.load(run))
         pages.append((write(sc, folder / f"{label}.html"), len(sc.times), len(sc.body_names),
                       time.perf_counter() - start))
@@ -80,7 +88,10 @@ def main():
     with browser() as drv:
         for page, frames, bodies, made_s in pages:
             results.append({"frames": frames, "bodies": bodies, "made_s": round(made_s, 1), **measure(drv, page)})
-    (ROOT / "out" / "bench_view.json").write_text(json.dumps(results, indent=1))
+    if args.run is not None:
+        results[0]["run"] = str(args.run)
+    name = "bench_view_run.json" if args.run is not None else "bench_view.json"
+    (ROOT / "out" / name).write_text(json.dumps(results, indent=1))
     print(json.dumps(results, indent=1))
 
 
