@@ -83,3 +83,70 @@ def test_a_float32_fit_binds_its_parameters_and_recovers_them(tmp_path):
     assert res["converged"]
     for name, true in (("g", 9.81), ("damping", 0.05)):
         assert abs(res["params"][name] - true) < 3 * res["stderr"][name], (name, res["params"][name])
+
+
+#: One precision's sweep of 8 fold-4panel members (K 0.05-0.2 x c 0, 0.05) with the
+#: scenario's defaults, through the library's batch API: the sweep's metrics and, from
+#: the same batched params, every member's run (final state, energy, momentum).
+_SWEEP = """
+import json, sys
+import equinox as eqx, numpy as np
+from diffmb import scenarios
+from diffmb.batch import scenario_batch, sweep_scenario
+from diffmb.integrate import RunSettings
+t1, ranges, sc = float(sys.argv[1]), {"K": (0.05, 0.2, 4), "c": (0.0, 0.05, 2)}, scenarios.get("fold-4panel")
+res = sweep_scenario(sc, ranges, sample="grid", t1=t1, saveat=101)
+system, params = scenario_batch(sc, [{k: m[k] for k in ranges} for m in res.members])
+s = RunSettings(**sc.run_settings(t1=t1), saveat=101)
+tr = eqx.filter_jit(eqx.filter_vmap(lambda p: s.run(system, p)))(params)
+names = list(system.state_names)
+hinge = [i for i, n in enumerate(names) if n.startswith("theta_") and not n.endswith("_dot")]
+xs, e, h = (np.asarray(a) for a in (tr.xs, tr.diagnostics["energy"], tr.diagnostics["angular_momentum"]))
+json.dump({"dtype": str(xs.dtype), "rows": res.rows(), "statuses": res.statuses(),
+           "hinge_final": xs[:, -1][:, hinge].tolist(), "energy_final": e[:, -1].tolist(),
+           "dh": np.sqrt(((h - h[:, :1]) ** 2).sum(-1)).max(1).tolist(),
+           "momentum_scale": np.asarray(tr.diagnostics["momentum_scale"]).max(1).tolist()},
+          open(sys.argv[2], "w"))
+"""
+
+
+def _sweep(tmp_path, float32: bool, t1: float):
+    path = tmp_path / f"sweep{32 if float32 else 64}.json"
+    env = {**os.environ, "DIFFMB_FLOAT32": "1" if float32 else "0"}
+    subprocess.run([sys.executable, "-c", _SWEEP, str(t1), str(path)], check=True, env=env, timeout=600)
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+def test_a_float32_sweep_agrees_with_float64_member_by_member(tmp_path):
+    """Issue 30 item 5: a float32 batch sweep against the float64 sweep of the same members.
+
+    4 s: long enough that the two stiffest members (K 0.15, 0.2) drive panel j through
+    flat, the singular state where float32 once diverged, short enough that the float32
+    run's own integration error (Dopri5 at rtol 100 eps = 1.2e-5) keeps the final angles
+    close: measured 2.4e-5 rad at most (4e-7 for the members that do not cross flat);
+    over the scenario's 10 s it is 2e-3 rad, which would hide a real difference that big.
+    Measured besides: violation 4.9e-7 m, energy drift 1.4e-5 where conserved, final
+    energy within 1.7e-5 of float64, momentum 1.7e-5 of its scale (K 0.2; 3e-6 at K <= 0.1):
+    the 1e-5 aimed for is missed by the members that cross flat, as by map-fold 4x4 above.
+    About 35 + 25 s on the 2-core CPU (a compile for the sweep and one for the runs, per
+    precision)."""
+    r32, r64 = _sweep(tmp_path, True, 4.0), _sweep(tmp_path, False, 4.0)
+    assert r32["dtype"] == "float32" and r64["dtype"] == "float64"
+    assert r32["statuses"] == ["success"] * 8 and r64["statuses"] == ["success"] * 8
+    h32, h64 = np.asarray(r32["hinge_final"]), np.asarray(r64["hinge_final"])
+    assert np.abs(h32 - h64).max() < 1e-4
+    assert np.abs(h64[:, 0] - h64[0, 0]).max() > 1.0    # the members do differ: a real sweep
+    e32, e64 = np.asarray(r32["energy_final"]), np.asarray(r64["energy_final"])
+    np.testing.assert_allclose(e32, e64, rtol=1e-4)
+    conserved = 0
+    for a, b, dh, scale in zip(r32["rows"], r64["rows"], r32["dh"], r64["momentum_scale"]):
+        assert (a["K"], a["c"]) == (b["K"], b["c"])
+        assert a["max_violation"] < 1e-4
+        if b["c"] == 0.0:                                # undamped: energy conserved
+            assert a["energy_drift"] < 1e-3
+            conserved += 1
+        else:
+            assert np.isnan(a["energy_drift"])
+        assert dh < 3e-5 * scale
+    assert conserved == 4
