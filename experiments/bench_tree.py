@@ -8,12 +8,16 @@ ModelBuilder, Pinocchio and MuJoCo load the URDF. Per backend we measure
   ``block_until_ready``, compile excluded) — dominated by dispatch for small N;
 * ``vmap_states_per_s``: ``jit(vmap)`` over ``--batch`` states, states per second
   (median call time);
-* ``compile_s`` / ``compile_vmap_s``: first call minus steady-state call.
+* ``blocks_us_per_state``: :func:`diffmb.vectorize.vmap_blocks` over the same states
+  (on a CPU: blocks of 128, small products written out), checked against ``jit(vmap)``;
+* ``compile_s`` / ``compile_vmap_s`` / ``compile_blocks_s``: first call minus
+  steady-state call.
 
 Peers (when importable): ``pinocchio.aba`` per call (median, Python loop), and
 ``mujoco.mj_forward`` per call on the URDF loaded by ``MjModel.from_xml_string`` (no geoms,
 so no contacts; joint ranges are far outside the sampled states). Their ``qdd`` is checked
-against diffmb's. ``ratio`` = diffmb vmapped states/s divided by Pinocchio's 1/t.
+against diffmb's. ``ratio`` = diffmb vmapped states/s divided by Pinocchio's 1/t (``blk
+ratio``: the same for ``vmap_blocks``).
 
 Backends: ``aba`` (the articulated-body algorithm, level by level) and ``crba`` (mass
 matrix and Cholesky factor).
@@ -134,21 +138,27 @@ def measure_diffmb(model, states, backend, batch, repeats):
     import jax
 
     import diffmb
+    from diffmb.vectorize import vmap_blocks
 
     q, qd, tau = states
     fd = functools.partial(diffmb.forward_dynamics, backend=backend)
     single = jax.jit(fd)
     batched = jax.jit(jax.vmap(fd, in_axes=(None, 0, 0, 0)))
+    blocks = vmap_blocks(lambda q, qd, tau: fd(model, q, qd, tau))
     qb, qdb, taub = (jax.numpy.broadcast_to(x, (batch, x.shape[0])) + 0.01 * jax.numpy.arange(batch)[:, None]
                      for x in (q, qd, tau))
 
     run1 = lambda: single(model, q, qd, tau).block_until_ready()  # noqa: E731
     runb = lambda: batched(model, qb, qdb, taub).block_until_ready()  # noqa: E731
+    runk = lambda: blocks(qb, qdb, taub).block_until_ready()  # noqa: E731
     t_first = first_call(run1)
     t1 = median_call(run1, repeats)
     tb_first = first_call(runb)
     tb = median_call(runb, max(5, repeats // 20))
+    tk_first = first_call(runk)
+    tk = median_call(runk, max(5, repeats // 20))
     qdd = single(model, q, qd, tau)
+    agree = float(jax.numpy.max(jax.numpy.abs(blocks(qb, qdb, taub) - batched(model, qb, qdb, taub))))
     return dict(
         single_us=t1 * 1e6,
         compile_s=t_first - t1,
@@ -156,6 +166,10 @@ def measure_diffmb(model, states, backend, batch, repeats):
         vmap_states_per_s=batch / tb,
         vmap_us_per_state=tb / batch * 1e6,
         compile_vmap_s=tb_first - tb,
+        blocks_us_per_state=tk / batch * 1e6,
+        blocks_states_per_s=batch / tk,
+        compile_blocks_s=tk_first - tk,
+        blocks_vs_vmap_max_diff=agree,
     ), qdd
 
 
@@ -263,6 +277,7 @@ def measure_size(n, backends, batch, repeats, seed=0):
         row.update(pin_res)
         for res in row["backends"].values():
             res["ratio_vs_pin"] = res["vmap_states_per_s"] * pin_res["pin_us"] * 1e-6
+            res["blocks_ratio_vs_pin"] = res["blocks_states_per_s"] * pin_res["pin_us"] * 1e-6
     mj_res, mj_qdd = measure_mujoco(urdf, states, repeats)
     if mj_res:
         if mj_qdd is not None:
@@ -276,7 +291,8 @@ def measure_size(n, backends, batch, repeats, seed=0):
 
 def print_table(rows):
     hdr = (f"{'N':>4} {'backend':>7} {'single µs':>10} {'vmap st/s':>11} {'µs/state':>9} "
-           f"{'compile s':>9} {'cmp vmap s':>10} {'pin µs':>7} {'ratio':>6} {'mj µs':>7}")
+           f"{'compile s':>9} {'cmp vmap s':>10} {'pin µs':>7} {'ratio':>6} {'mj µs':>7} "
+           f"{'blk µs/st':>9} {'cmp blk s':>9} {'blk ratio':>9}")
     print(hdr)
     print("-" * len(hdr))
     for row in rows:
@@ -284,7 +300,8 @@ def print_table(rows):
             print(f"{row['n']:>4} {be:>7} {r['single_us']:>10.1f} {r['vmap_states_per_s']:>11.3g} "
                   f"{r['vmap_us_per_state']:>9.3f} {r['compile_s']:>9.2f} {r['compile_vmap_s']:>10.2f} "
                   f"{row.get('pin_us', float('nan')):>7.2f} {r.get('ratio_vs_pin', float('nan')):>6.2f} "
-                  f"{row.get('mujoco_us', float('nan')):>7.2f}")
+                  f"{row.get('mujoco_us', float('nan')):>7.2f} {r['blocks_us_per_state']:>9.3f} "
+                  f"{r['compile_blocks_s']:>9.2f} {r.get('blocks_ratio_vs_pin', float('nan')):>9.2f}")
     for row in rows:
         extra = {k: row[k] for k in ("pin_max_qdd_diff", "mujoco_max_qdd_diff", "mujoco_error") if k in row}
         if extra:

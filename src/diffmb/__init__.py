@@ -9,6 +9,7 @@ from .trajectory import Trajectory
 from .urdf import load_urdf
 from .closed_chain import assemble, close_loops
 from .mjcf_import import load_mjcf
+from .vectorize import vmap_blocks
 from .tree import (
     bias_forces,
     center_of_mass,
@@ -53,4 +54,5 @@ __all__ = [
     "energy",
     "momentum",
     "center_of_mass",
+    "vmap_blocks",
 ]

@@ -182,6 +182,15 @@ class _Member(eqx.Module):
         return _metrics(tr, self.flat_tol)
 
 
+def _on_cpu(tree) -> bool:
+    """Whether the arrays of ``tree`` live on CPU devices: there a chunk's program is traced
+    with the small products written out (:func:`diffmb.spatial.written_out`: 2x per member
+    for fold-4panel at chunks of 512); accelerators keep the form they were measured with."""
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "devices")]
+    devices = leaves[0].devices() if leaves else jax.devices()
+    return all(d.platform == "cpu" for d in devices)
+
+
 def _compiled(member, params, x0):
     """Ahead-of-time compiled ``vmap(member)`` for one chunk shape, and its compile time
     (so the first chunk is run once, not once to compile and once to time)."""
@@ -192,7 +201,8 @@ def _compiled(member, params, x0):
         return jax.vmap(m)(p, x0)
 
     tic = time.perf_counter()
-    compiled = jax.jit(run).lower(dyn, x0).compile()
+    with sp.written_out(_on_cpu(dyn)):
+        compiled = jax.jit(run).lower(dyn, x0).compile()
     return (lambda m, p, x: compiled(eqx.partition((m, p), eqx.is_array)[0], x)), time.perf_counter() - tic
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import optimistix as optx
 from diffrax import AbstractERK, AbstractRungeKutta, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
+from . import spatial
 from .system import System
 from .trajectory import STATUS_CODES, Trajectory
 
@@ -353,6 +354,7 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
         project_saves=system.has_projection and not (fixed and _on_step_ends(ts, t0f, dt)),
         adjoint=adjoint,
         events=events,
+        form=spatial.contraction_form(),
     )
     _adjoint(adjoint)  # validate before tracing
     args = (run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
@@ -391,14 +393,15 @@ def compile_simulation(system: System, **kwargs):
     compiled = _solve.lower(*args).compile()
     like = lambda a: jnp.zeros(a.shape, a.dtype)  # noqa: E731  (filter_jit lowers arrays, not shapes)
     states = jax.eval_shape(_solve, *args)
-    diagnose = _diagnose.lower(system, args[2], like(states.ts), like(states.xs), args[3]).compile()
+    diagnose = _diagnose.lower(system, args[2], like(states.ts), like(states.xs), args[3],
+                               args[0].form).compile()
     seconds = time.perf_counter() - start
 
     def run(**changes):
         new = simulate(system, _compile_only=True, **{**kwargs, **changes}) if changes else args
         if new[0] != args[0] or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
             raise ValueError(f"compile_simulation: {sorted(changes)} change the compiled structure")
-        return _with_diagnostics(compiled(*new), system, new[2], new[3], diagnose)
+        return _with_diagnostics(compiled(*new), system, new[2], new[3], diagnose, args[0].form)
 
     return run, seconds
 
@@ -434,6 +437,8 @@ class _Run(eqx.Module):
     adjoint: str = eqx.field(static=True)
     events: tuple = eqx.field(static=True)
     project_saves: bool = eqx.field(static=True, default=True)
+    #: the small products' form the program is traced in (:func:`diffmb.spatial.written_out`)
+    form: str = eqx.field(static=True, default="reduce")
 
 
 @eqx.filter_jit
@@ -542,9 +547,10 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
 
 
 @eqx.filter_jit
-def _diagnose(system, params, ts, xs, x0):
+def _diagnose(system, params, ts, xs, x0, form="reduce"):
     """The system's diagnostics and constraint violation at every save point the run
-    reached (NaN elsewhere). A program of its own, apart from :func:`_solve`: it depends
+    reached (NaN elsewhere); ``form`` keys the program on the form it is traced in
+    (:func:`diffmb.spatial.written_out`). A program of its own, apart from :func:`_solve`: it depends
     only on the system's structure and the save-point count, so runs that differ in solver,
     horizon, events or adjoint share it, and a run that needs only states (a fit's
     residuals) never compiles it."""
@@ -561,6 +567,6 @@ def _diagnose(system, params, ts, xs, x0):
     return {k: blank(v) for k, v in diag.items()}, {k: blank(v) for k, v in viol.items()}
 
 
-def _with_diagnostics(tr: Trajectory, system, params, x0, diagnose=_diagnose) -> Trajectory:
-    diag, viol = diagnose(system, params, tr.ts, tr.xs, x0)
+def _with_diagnostics(tr: Trajectory, system, params, x0, diagnose=_diagnose, form=None) -> Trajectory:
+    diag, viol = diagnose(system, params, tr.ts, tr.xs, x0, form or spatial.contraction_form())
     return dataclasses.replace(tr, diagnostics=diag, violation=viol)

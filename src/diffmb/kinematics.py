@@ -100,7 +100,10 @@ def kinematics(model, q, qd=None) -> Kinematics:
     E, r = treescan.compose_poses(lay, E_loc, r_loc)
     b = lay.dof_body
     S = sp.xform_motion_inv(E[b], r[b], S_child)
-    inertia = sp.inertia_to_parent(E, r, model.spatial_inertias())
+    # about the world origin from the mass, the world centre of mass and the rotated
+    # central inertia: two 3x3 products instead of the seven of X^T I X
+    com = r + sp.mtv(E, model.com)
+    inertia = sp.spatial_inertia(model.mass, com, sp.mm(jnp.swapaxes(E, -1, -2), sp.mm(model.inertia, E)))
     if qd is None:
         return Kinematics(E, r, inertia, S, q=q)
     vJ = treescan.dof_to_body(lay, S * qd[:, None])

@@ -18,7 +18,11 @@ traced graph.
 * ``dof_support``: ``(nv, nv)`` boolean, ``[i, j]`` true when ``dof_body[i]`` is ``dof_body[j]``
   or one of its ancestors (the nonzero pattern of the mass matrix's upper part);
 * ``levels``: the bodies of each depth, split by joint kind and padded to a common width,
-  for the level-by-level scans of the articulated-body algorithm.
+  for the level-by-level scans of the articulated-body algorithm; a level's *slots* are
+  its groups' columns side by side (level 0 on its own, the deeper levels all of one
+  width), and ``slot_parent[l, s]`` is the slot, one level up, of the parent of slot
+  ``s`` of deeper level ``l`` (``-1``: padding), so a scan hands each level's results to
+  the level above through a small matrix instead of an array of every body.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class TreeLayout:
     jumps: tuple
     dof_support: np.ndarray
     levels: tuple          # (level-0 groups, deeper-level groups): tuples of LevelGroup
+    slot_parent: np.ndarray  # (deeper levels, their slots): parent's slot one level up, -1 padding
     ancestors: np.ndarray  # (N, N) bool: [i, j] true when j is i or one of its ancestors
 
     def path_dofs(self, body: int) -> list:
@@ -122,7 +127,27 @@ def _layout(parents, kinds, body_slices) -> TreeLayout:
     levels = (_level_groups(kinds, par, depth, body_slices, nv, range(0, 1)),
               _level_groups(kinds, par, depth, body_slices, nv, range(1, int(depth.max()) + 1 if N else 1)))
     return TreeLayout(N, nv, par, depth, dof_body, tuple(groups), body_order, dof_order,
-                      tuple(jumps), support, levels, anc)
+                      tuple(jumps), support, levels, _slot_parents(levels, par), anc)
+
+
+def _slot_parents(levels, par) -> np.ndarray:
+    g0, g = levels
+    slot = {}
+    for off, grp in zip(np.cumsum([0] + [x.ids.shape[1] for x in g0]), g0):
+        for w, b in enumerate(grp.ids[0]):
+            if grp.valid[0, w]:
+                slot[int(b)] = off + w
+    depth = g[0].ids.shape[0] if g else 0
+    offsets = np.cumsum([0] + [x.ids.shape[1] for x in g])
+    out = np.full((depth, int(offsets[-1])), -1, np.int32)
+    for li in range(depth):
+        above, slot = slot, {}
+        for off, grp in zip(offsets, g):
+            for w, b in enumerate(grp.ids[li]):
+                if grp.valid[li, w]:
+                    slot[int(b)] = off + w
+                    out[li, off + w] = above[int(par[b])]
+    return out
 
 
 def _level_groups(kinds, par, depth, body_slices, nv, level_range) -> tuple:

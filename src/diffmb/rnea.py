@@ -47,7 +47,7 @@ def generalized_forces(model, ws, f):
     """``tau_j = s_j^T F_{b(j)}`` with ``F`` the subtree sums of the body forces ``f``."""
     lay = layout(model)
     F = treescan.subtree_sum(lay, f)
-    return jnp.sum(ws.S * F[lay.dof_body], axis=-1)
+    return sp.vdot(ws.S, F[lay.dof_body])
 
 
 def inverse_dynamics(model, ws, qdd, f_ext=None):

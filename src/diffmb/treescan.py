@@ -16,12 +16,8 @@ not grow with the number of bodies:
 
 All three use pointer doubling (Hillis-Steele prefix over root paths): round ``k`` combines
 every body with its ``2**k``-th ancestor, so ``ceil(log2(depth + 1))`` vectorised rounds
-replace a sweep of ``depth`` steps. :func:`level_scan` runs a genuinely nonlinear
-recursion (the articulated-body inertias) one depth level at a time: :func:`levels_up`
-and :func:`levels_down` call ``step(carry, level)`` with all bodies of a level at once
-(grouped by joint kind, as MJX's ``scan.body_tree`` does), level 0 outside the scan (its
-joint kinds, e.g. a free root, often appear nowhere else) and the deeper levels in one
-``lax.scan``.
+replace a sweep of ``depth`` steps. A genuinely nonlinear recursion (the articulated-body
+inertias) runs one depth level at a time instead, in :mod:`diffmb.aba`.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from . import spatial as sp
 
@@ -112,36 +107,4 @@ def compose_poses(lay, E, r):
     return E[:N], r[:N]
 
 
-def _level_xs(groups):
-    return {g.kind: (jnp.asarray(g.ids), jnp.asarray(g.parent), jnp.asarray(g.dofs),
-                     jnp.asarray(g.valid)) for g in groups}
-
-
-def _level0(groups):
-    return {g.kind: (jnp.asarray(g.ids[0]), jnp.asarray(g.parent[0]), jnp.asarray(g.dofs[0]),
-                     jnp.asarray(g.valid[0])) for g in groups}
-
-
-def levels_down(lay, step, carry, extra=(None, None)):
-    """Base-to-tip: ``step(carry, (level, extra))`` on level 0, then on levels 1.. in one
-    ``lax.scan``. ``extra``: per-level data ``(level 0's, the deeper levels' stacked)``,
-    e.g. what :func:`levels_up` returned. Returns ``(carry, (out0, outs))``."""
-    g0, g = lay.levels
-    carry, out0 = step(carry, (_level0(g0), extra[0]))
-    outs = None
-    if g:
-        carry, outs = lax.scan(step, carry, (_level_xs(g), extra[1]))
-    return carry, (out0, outs)
-
-
-def levels_up(lay, step, carry, extra=(None, None)):
-    """Tip-to-base: the deeper levels in one reversed ``lax.scan``, then level 0."""
-    g0, g = lay.levels
-    outs = None
-    if g:
-        carry, outs = lax.scan(step, carry, (_level_xs(g), extra[1]), reverse=True)
-    carry, out0 = step(carry, (_level0(g0), extra[0]))
-    return carry, (out0, outs)
-
-
-__all__ = ["ancestors_sum", "subtree_sum", "compose_poses", "levels_down", "levels_up"]
+__all__ = ["ancestors_sum", "subtree_sum", "compose_poses"]

@@ -1,0 +1,70 @@
+"""Batched evaluation on a CPU (diffmb.vectorize) and the two forms of the small products.
+
+The written-out form and the blocked map change how XLA runs the arithmetic, never the
+arithmetic: every check compares with the default form on one state at a time, to
+round-off relative to the quantity's size.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffmb
+from diffmb import spatial as sp
+from diffmb.vectorize import vmap_blocks
+from conftest import make_random_model, random_state
+
+
+def test_written_out_products_equal_the_reduced_ones():
+    rng = np.random.default_rng(0)
+    A, B = rng.normal(size=(2, 5, 4, 3, 3))
+    A6, x6 = rng.normal(size=(4, 6, 6)), rng.normal(size=(4, 6))
+    x = rng.normal(size=(5, 4, 3))
+    cases = [lambda: sp.mm(A, B), lambda: sp.mv(A, x), lambda: sp.mtv(A, x), lambda: sp.vdot(x, x),
+             lambda: sp.mv(A6, x6), lambda: sp.mtv(A6, x6)]
+    reference = [A @ B, np.einsum("...ij,...j->...i", A, x), np.einsum("...ji,...j->...i", A, x),
+                 (x * x).sum(-1), np.einsum("...ij,...j->...i", A6, x6), np.einsum("...ji,...j->...i", A6, x6)]
+    assert sp.contraction_form() == "reduce"
+    for form in (False, True):
+        with sp.written_out(form):
+            assert sp.contraction_form() == ("written" if form else "reduce")
+            for f, ref in zip(cases, reference):
+                np.testing.assert_allclose(f(), ref, rtol=1e-14, atol=1e-14)
+    assert sp.contraction_form() == "reduce"
+
+
+@pytest.fixture(scope="module")
+def branched():
+    """A floating base with every joint kind below it, branching (several bodies per level)."""
+    return make_random_model(3, n_bodies=9, base="free", springs=True, dampers=True,
+                             kinds=("revolute", "prismatic", "spherical", "universal"))
+
+
+@pytest.mark.parametrize("backend", ["aba", "crba"])
+def test_blocked_batch_equals_one_state_at_a_time(branched, backend):
+    """300 states in blocks of 128 (the last one filled up): each equal to the default form's
+    single-state forward dynamics, and the ABA to the mass-matrix solve."""
+    model = branched
+    states = [random_state(model, s, scale=0.7) for s in range(300)]
+    q = jnp.asarray(np.stack([s[0] for s in states]))
+    qd = jnp.asarray(np.stack([s[1] for s in states]))
+    tau = jnp.asarray(np.random.default_rng(5).normal(size=(300, model.nv)))
+    fd = lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, backend=backend)  # noqa: E731
+    batched = vmap_blocks(fd, block=128)(q, qd, tau)
+    single = jax.jit(fd)
+    reference = np.stack([single(q[i], qd[i], tau[i]) for i in (0, 1, 127, 128, 255, 256, 299)])
+    got = np.asarray(batched)[[0, 1, 127, 128, 255, 256, 299]]
+    scale = np.max(np.abs(reference))
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * scale)
+    crba = jax.jit(lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, backend="crba"))
+    np.testing.assert_allclose(got[-1], crba(q[299], qd[299], tau[299]), rtol=0, atol=1e-10 * scale)
+
+
+def test_blocked_batch_keeps_pytrees_and_short_batches():
+    f = lambda x, y: {"sum": x + y["a"], "dot": sp.vdot(x, y["a"])}  # noqa: E731
+    x = jnp.arange(15.0).reshape(5, 3)
+    out = vmap_blocks(f, block=4)(x, {"a": 2 * x})
+    np.testing.assert_allclose(out["sum"], 3 * x)
+    np.testing.assert_allclose(out["dot"], 2 * (x * x).sum(-1))
+    assert out["dot"].shape == (5,)
