@@ -60,11 +60,14 @@ from .integrate import RunSettings
 from .trajectory import STATUS_CODES, STATUS_NAMES
 
 
-#: Members per compiled call on a CPU. Measured on fold-4panel (10 s, RK4, 2-core CPU,
-#: quiet): chunks of 16 / 32 / 64 / 128 ran 61 / 65 / 53 / 47 member-seconds per second
-#: (256 members), and one chunk of 1024 ran 2.1x slower than chunks of 128: the per-member
-#: state of a bigger chunk falls out of cache.
-DEFAULT_CHUNK = 32
+#: Members per compiled call on a CPU, where a chunk's program is traced with the small
+#: products written out (:func:`_on_cpu`). Measured on fold-4panel (2-core CPU, quiet,
+#: 256-512 members), member-seconds per second at chunks of 32 / 128 / 256 / 512:
+#: RK4 1 ms + Baumgarte 46.9 / 49.4 / 59.0 / 59.6 (34.6 at 32 before the written-out
+#: form); the scenario's defaults (Dopri5 + projection, 10 s) 263 / 305 at 32 / 128
+#: (248 before). A chunk of 128 keeps most of the gain and the progress, resume and
+#: worker granularity of small chunks.
+DEFAULT_CHUNK = 128
 #: Members per compiled call and accelerator (GPU/TPU), where a step of a small system is a
 #: few hundred kernel launches whatever the batch: on an H200, fold-4panel ran 1073 member-
 #: seconds per second in chunks of 1024 and 4252 in one chunk of 8192.
