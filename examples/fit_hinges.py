@@ -15,13 +15,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from diffmb import simulate  # noqa: E402
-from diffmb.data import read_data  # noqa: E402
-from diffmb.fit import fit, synth  # noqa: E402
-from diffmb.scenarios import get  # noqa: E402
+from diffmb import simulate
+from diffmb.data import read_data
+from diffmb.fit import fit, synth
+from diffmb.scenarios import get
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", type=Path)

@@ -16,10 +16,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from diffmb.batch import sweep_scenario  # noqa: E402
+from diffmb.batch import sweep_scenario
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--batch", type=int, default=256)

@@ -13,9 +13,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from diffmb.tune import tune  # noqa: E402
+from diffmb.tune import tune
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--t1", type=float, default=10.0)

@@ -144,7 +144,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=40, help="tuning iterations")
     ap.add_argument("--tune-t1", type=float, default=5.0, help="fold-3x3 tuning horizon [s]")
     ap.add_argument("--batch", type=int, default=1024)
-    ap.add_argument("--chunk", type=int, default=None, help="members per compiled call (default: diffmb.batch.default_chunk)")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="members per compiled call (default: diffmb.batch.default_chunk)")
     ap.add_argument("--sweep-scenario", default="fold-4panel")
     ap.add_argument("--ranges", nargs="+", default=["K=0.05:0.2", "c=0:0.05"],
                     help="swept parameters, NAME=lo:hi, drawn at random")

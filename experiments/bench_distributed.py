@@ -168,7 +168,7 @@ def main():
     ap.add_argument("--inprocess-to", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inprocess_to is not None:
-        import diffmb  # noqa: F401
+        import diffmb
 
         args.inprocess_to.write_text(json.dumps(inprocess(args)))
         return

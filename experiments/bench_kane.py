@@ -25,10 +25,10 @@ import statistics
 import time
 from pathlib import Path
 
-import diffmb  # noqa: F401  (float64, XLA flags)
 import jax
 import numpy as np
 
+import diffmb  # noqa: F401  (float64, XLA flags)
 from diffmb import simulate
 from diffmb.scenarios import REGISTRY
 

@@ -71,8 +71,7 @@ def main(argv=None):
 
     import diffmb  # noqa: F401
     from diffmb.origami import build, map_fold
-    from diffmb.scenarios.origami import fold_2x4, fold_4panel
-    from diffmb.scenarios.origami import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA
+    from diffmb.scenarios.origami import PAPER_HUB_INERTIA, PAPER_PANEL_INERTIA, fold_2x4, fold_4panel
 
     sizes = args.sizes or ([2, 3] if args.quick else list(range(2, 11)))
     rows = []
@@ -121,7 +120,7 @@ def main(argv=None):
 def table(rows):
     head = ("case", "bodies", "stabilization", "status", "steps", "us/step", "compile s", "wall s",
             "full-horizon s", "paper s", "target s", "speedup")
-    f = lambda x, s="{:.3g}": "-" if x is None else s.format(x)  # noqa: E731
+    f = lambda x, s="{:.3g}": "-" if x is None else s.format(x)
     body = [(r["case"], str(r["bodies"]), r["stabilization"], r["status"], str(r["steps"]),
              f(r["us_per_step"], "{:.1f}"), f(r["compile_s"], "{:.1f}"), f(r["wall_s"]),
              f(r.get("wall_full_s")) + ("*" if r.get("extrapolated") else ""), f(r.get("paper_s")),

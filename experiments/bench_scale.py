@@ -213,7 +213,7 @@ def _print_row(r):
 
 
 def table(rows):
-    f = lambda x, s="{:.3g}": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else s.format(x)  # noqa: E731
+    f = lambda x, s="{:.3g}": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else s.format(x)
     mj = {(r["kind"], r["n"]): r for r in rows if r and r.get("engine") == "mujoco" and "error" not in r}
     head = ("case", "panels", "nv", "rows", "stabilization", "status", "us/step", "compile s", "build s",
             "peak MB", "violation", "energy drift", "MuJoCo us/step", "MuJoCo compile ms",

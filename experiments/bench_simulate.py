@@ -16,11 +16,11 @@ import statistics
 import time
 from pathlib import Path
 
-import diffmb  # noqa: F401  (float64, XLA flags)
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import diffmb  # noqa: F401  (float64, XLA flags)
 from diffmb import TreeSystem, simulate
 from diffmb.scenarios.pendulum import chain_model
 
@@ -81,7 +81,8 @@ def main(argv=None):
         args.t1, args.batch = 0.2, 64
     cases = [("double-pendulum", 2), ("chain-16", 16)]
     rows = [measure(name, n, t1=args.t1, dt=args.dt, batch=args.batch, repeats=args.repeats) for name, n in cases]
-    hdr = f"{'case':16s} {'steps':>6s} {'single steps/s':>15s} {'compile s':>10s} {'batch':>6s} {'batch steps/s':>14s} {'compile s':>10s}"
+    hdr = (f"{'case':16s} {'steps':>6s} {'single steps/s':>15s} {'compile s':>10s} {'batch':>6s} "
+           f"{'batch steps/s':>14s} {'compile s':>10s}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:

@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmb import scenarios, simulate
-from diffmb.integrate import ProjectedSolver
 from diffmb.formulations.tensegrity import linear as tl
+from diffmb.integrate import ProjectedSolver
 from diffmb.scenarios.tensegrity import tbar_elastic, tbar_minimal_error
 
 OUT = Path(__file__).resolve().parent.parent / "out" / "bench_tensegrity.json"
@@ -67,7 +67,7 @@ def run_case(name, sets, t1, repeats, solver=None, rtol=None, atol=None, stabili
     sc = scenarios.get(name)
     system, params, _ = sc.make(sets, stabilization)
     kw = {} if reference is None else {"saveat": reference[0], "max_steps": 1 << 20}
-    fn = lambda: simulate(system, params=params, t1=t1, solver=solver or sc.solver,  # noqa: E731
+    fn = lambda: simulate(system, params=params, t1=t1, solver=solver or sc.solver,
                           rtol=rtol or sc.rtol, atol=atol or sc.atol, **kw)
     tr, t = timed(fn, repeats)
     s = tr.summary()
@@ -200,7 +200,7 @@ def main():
         t = res.get(f"table2_{mat}")
         if not t:
             continue
-        f = lambda v: "inf" if v is None else f"{v:.4g}"  # noqa: E731
+        f = lambda v: "inf" if v is None else f"{v:.4g}"
         rows.append((f"Table 2 {mat}: bar mass", f"{P['mass']} kg", "-", f"{t['total_bar_mass_kg']:.2f} kg"))
         rows.append((f"Table 2 {mat}: H2 / Hinf (B_u, y = x)", f"{P['h2']} / {P['hinf']}", "-",
                      f"{f(t['h2_force_densities_to_state'])} / {f(t['hinf_force_densities_to_state'])}"))
@@ -213,11 +213,13 @@ def main():
                      ", ".join(f"{x:.3g}" for x in c) + " m/N"))
     a = res["tbar_200s"]
     rows.append(("200 s bar-length violation (step ends)", "~1e-12", "< 1e-12", f"{a['step_ends']['bar']:.2g} m"))
-    rows.append(("200 s energy violation, rel. (step ends)", "~1e-11", "< 1e-10", f"{a['step_ends']['energy_rel']:.2g}"))
+    rows.append(("200 s energy violation, rel. (step ends)", "~1e-11", "< 1e-10",
+                 f"{a['step_ends']['energy_rel']:.2g}"))
     rows.append(("200 s at 2001 save points (interpolated)", "-", "-",
                  f"bar {a['save_points']['bar']:.2g} m, energy {a['save_points']['energy_rel']:.2g}"))
     rows.append(("200 s without correction (step ends)", "-", "-",
-                 f"bar {a['no_correction_step_ends']['bar']:.2g} m, energy {a['no_correction_step_ends']['energy_rel']:.2g}"))
+                 f"bar {a['no_correction_step_ends']['bar']:.2g} m, "
+                 f"energy {a['no_correction_step_ends']['energy_rel']:.2g}"))
     m = res["minimal_model_10s"]
     rows.append(("Fig. 2: vs minimal model, 10 s", "~1e-7 x Simscape's", "1e-7",
                  f"{m['max_abs_node3_1e-10']:.2g} m (1e-10), {m['max_abs_node3_1e-12']:.2g} m (1e-12)"))

@@ -76,7 +76,7 @@ def chain_params(n, seed=0):
 
 
 def chain_urdf(links):
-    f = lambda v: " ".join(f"{x:.17g}" for x in v)  # noqa: E731
+    f = lambda v: " ".join(f"{x:.17g}" for x in v)
     parts = ['<robot name="chain">', '<link name="base"/>']
     for i, L in enumerate(links):
         I = L["inertia"]
@@ -148,9 +148,9 @@ def measure_diffmb(model, states, backend, batch, repeats):
     qb, qdb, taub = (jax.numpy.broadcast_to(x, (batch, x.shape[0])) + 0.01 * jax.numpy.arange(batch)[:, None]
                      for x in (q, qd, tau))
 
-    run1 = lambda: single(model, q, qd, tau).block_until_ready()  # noqa: E731
-    runb = lambda: batched(model, qb, qdb, taub).block_until_ready()  # noqa: E731
-    runk = lambda: blocks(qb, qdb, taub).block_until_ready()  # noqa: E731
+    run1 = lambda: single(model, q, qd, tau).block_until_ready()
+    runb = lambda: batched(model, qb, qdb, taub).block_until_ready()
+    runk = lambda: blocks(qb, qdb, taub).block_until_ready()
     t_first = first_call(run1)
     t1 = median_call(run1, repeats)
     tb_first = first_call(runb)
@@ -198,7 +198,7 @@ def measure_mujoco(urdf, states, repeats):
 
     try:
         m = mujoco.MjModel.from_xml_string(urdf)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return dict(mujoco_error=str(exc)), None
     m.opt.gravity[:] = (0.0, 0.0, -9.81)
     d = mujoco.MjData(m)
@@ -245,7 +245,7 @@ def measure_sweeps(n, repeats, seed=0):
             jax.jit(f).lower(q, qd).compile()
             comp = time.perf_counter() - start
             c = jax.jit(loop).lower(q, qd).compile()
-            run = lambda: jax.block_until_ready(c(q, qd))  # noqa: E731
+            run = lambda: jax.block_until_ready(c(q, qd))
             run()
             out[form] = dict(compile_s=comp, eval_us=median_call(run, max(5, repeats // 50)) / INNER * 1e6)
     finally:
@@ -352,7 +352,7 @@ def main(argv=None):
 
     if args.no_peers:
         global measure_pinocchio, measure_mujoco
-        measure_pinocchio = measure_mujoco = lambda *a: (None, None)  # noqa: E731
+        measure_pinocchio = measure_mujoco = lambda *a: (None, None)
     meta = dict(
         jax=jax.__version__, platform=platform.platform(), cpu_count=os.cpu_count(),
         loadavg=os.getloadavg(), xla_flags=os.environ.get("XLA_FLAGS", ""),

@@ -18,10 +18,10 @@ import statistics
 import time
 from pathlib import Path
 
-import diffmb  # noqa: F401  (x64, XLA flags)
 import jax
 import jax.numpy as jnp
 
+import diffmb  # noqa: F401  (x64, XLA flags)
 from diffmb.scenarios.modular_spacecraft import chain_pair
 
 

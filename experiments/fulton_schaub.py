@@ -301,7 +301,7 @@ def main(argv=None):
 def table(rows):
     head = ("case", "stabilization", "status", "t1 s", "wall s", "compile s", "max phidot^2",
             "max |phi|", "energy rel", "|dh| max")
-    fmt = lambda x: "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))  # noqa: E731
+    fmt = lambda x: "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
     body = [(r["case"], r["stabilization"], r["status"], fmt(r["t1"]), fmt(r["wall_s"]), fmt(r["compile_s"]),
              fmt(r["max_phidot_sq"]), fmt(r["max_position_violation"]), fmt(r["energy_rel_change"]),
              fmt(r["momentum_change"])) for r in rows]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from robots import compare, robot_urdfs  # noqa: E402
+from robots import compare, robot_urdfs
 
 
 def main(argv=None):

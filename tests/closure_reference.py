@@ -46,14 +46,14 @@ def relative_velocity(model, q, qd, nodes):
 
 def jacobian(model, q, nodes):
     rows = np.asarray(nodes.rows)
-    f = lambda qd: relative_velocity(model, q, qd, nodes).reshape(-1)[rows]  # noqa: E731
+    f = lambda qd: relative_velocity(model, q, qd, nodes).reshape(-1)[rows]
     return jax.jacfwd(f)(jnp.zeros_like(q))
 
 
 def velocity_product(model, q, qd, nodes):
     rows = np.asarray(nodes.rows)
     rates = tree.coordinate_rates(model, q, qd)
-    f = lambda q_, qd_: relative_velocity(model, q_, qd_, nodes).reshape(-1)[rows]  # noqa: E731
+    f = lambda q_, qd_: relative_velocity(model, q_, qd_, nodes).reshape(-1)[rows]
     return jax.jvp(f, (q, qd), (rates, jnp.zeros_like(qd)))[1]
 
 

@@ -125,13 +125,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_sep("=", f"JAX compile time: the {n} tests with the most")
     tr.write_line(f"{'wall s':>8} {'trace s':>8} {'lower s':>8} {'XLA s':>8} {'compiles':>8} "
                   f"{'hits':>5}  test")
-    key = lambda r: -(r["trace_s"] + r["lower_s"] + r["xla_compile_s"])  # noqa: E731
+    key = lambda r: -(r["trace_s"] + r["lower_s"] + r["xla_compile_s"])
     for r in sorted(rows, key=key)[:n]:
         tr.write_line(f"{r['wall_s']:8.1f} {r['trace_s']:8.1f} {r['lower_s']:8.1f} "
                       f"{r['xla_compile_s']:8.1f} {r['compiles']:8d} {r['cache_hits']:5d}  {r['test']}")
     tr.write_line("the functions compiled at the greatest cost (over all tests):")
     tr.write_line(f"{'seconds':>8} {'traces':>7} {'XLA compiles':>12}  function")
-    cost = lambda f: sum(v for k, v in _by_function[f].items() if not k.endswith("_n"))  # noqa: E731
+    cost = lambda f: sum(v for k, v in _by_function[f].items() if not k.endswith("_n"))
     for f in sorted(_by_function, key=cost, reverse=True)[:12]:
         b = _by_function[f]
         tr.write_line(f"{cost(f):8.1f} {int(b.get('trace_n', 0)):7d} {int(b.get('compile_n', 0)):12d}  {f}")

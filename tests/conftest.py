@@ -34,12 +34,12 @@ os.environ.update({
     "EQX_ON_ERROR": "nan",
 })
 
-import diffmb  # noqa: E402,F401  (first: sets XLA flags before JAX initialises its backend)
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import numpy as np
+import pytest
 
-from compile_report import (  # noqa: E402,F401  (the --compile-report plugin's hooks)
+import diffmb
+from compile_report import (  # noqa: F401  (the --compile-report plugin's hooks)
     pytest_addoption,
     pytest_runtest_logfinish,
     pytest_runtest_protocol,

@@ -86,7 +86,7 @@ def compare(path, floating: bool, *, states: int = 2, seed: int = 0) -> dict:
 
     try:
         pmodel = _pin_model(pin, path, floating)
-    except Exception as e:  # noqa: BLE001 - Pinocchio's own refusal
+    except Exception as e:
         return {"status": "pin-refused", "why": str(e).splitlines()[0][:200]}
     if pmodel.nv == 0:
         return {"status": "no-dof", "why": "no movable joint"}
@@ -115,7 +115,7 @@ def compare(path, floating: bool, *, states: int = 2, seed: int = 0) -> dict:
         if floating:
             qp, vp, taup = to_pin_free(model, pmodel, q, qd, tau)
             qddp = to_pin_free(model, pmodel, q, qd, qdd)[2]
-            back = lambda x: from_pin_free(model, pmodel, x)  # noqa: E731
+            back = lambda x: from_pin_free(model, pmodel, x)
             P = np.stack([back(c) for c in np.eye(model.nv)], 1)
         else:
             maps = joint_maps(model, pmodel)
@@ -123,7 +123,7 @@ def compare(path, floating: bool, *, states: int = 2, seed: int = 0) -> dict:
             qp = pin_q(maps, pin.neutral(pmodel), q)
             vp, taup, qddp = (np.zeros(model.nv) for _ in range(3))
             vp[perm], taup[perm], qddp[perm] = qd, tau, qdd
-            back = lambda x: x[perm]  # noqa: E731
+            back = lambda x: x[perm]
             P = np.eye(model.nv)[perm]
         M, tau_id, a = (np.asarray(x) for x in fns(q, qd, qdd, tau))
         M_ref = pin.crba(pmodel, data, qp).copy()

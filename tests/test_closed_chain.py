@@ -41,7 +41,7 @@ def test_loop_file_four_bar_matches_the_one_coordinate_model():
 def test_a_loop_closed_to_the_ground():
     """The same mechanism as one open chain crank-coupler-rocker, its rocker's far end
     pinned to the ground at (D, 0, 0): a node on the world."""
-    from diffmb.scenarios.fourbar import A, B, C, D, M1, M2, M3
+    from diffmb.scenarios.fourbar import M1, M2, M3, A, B, C, D
 
     def rod(m, l):
         return np.diag([1e-6 * m, m * l * l / 12, m * l * l / 12])
@@ -72,7 +72,7 @@ def test_slider_closure_frees_the_axis_translation_only():
     b.add_body("y", "x", "prismatic", axis=(0, 1, 0), mass=1.0, inertia=np.eye(3) * 0.1)
     model = b.build()
     loops = diffmb.close_loops(model, [{"kind": "prismatic", "a": "world", "b": "y", "axis": [1, 0, 0]}])
-    res = lambda q: np.asarray(diffmb.closures.position_residual(model, jnp.asarray(q), loops))  # noqa: E731
+    res = lambda q: np.asarray(diffmb.closures.position_residual(model, jnp.asarray(q), loops))
     rows = list(loops.closures[0].rows)
     assert np.abs(res([0.7, 0.0])[0, rows]).max() < 1e-15  # sliding along x: closed
     assert np.abs(res([0.0, 0.3])[0, rows]).max() == pytest.approx(0.3)  # off the axis: open
@@ -118,8 +118,8 @@ def test_loop_file_errors_name_file_and_key(tmp_path):
 def test_readme_your_own_model_section_runs(tmp_path, monkeypatch):
     """The README's "Your own model" Python block and commands, as written."""
     import re
-    import subprocess
     import shutil
+    import subprocess
     import sys
 
     root = EXAMPLES.parent
@@ -128,7 +128,7 @@ def test_readme_your_own_model_section_runs(tmp_path, monkeypatch):
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(root)
     env = {}
-    exec(block, env)  # noqa: S102 - the README's own example
+    exec(block, env)
     assert env["traj"].status == "success"
     assert env["traj"].summary()["violation"]["position_max"] < 1e-9
     script = shutil.which("diffmb", path=str(Path(sys.executable).parent)) or shutil.which("diffmb")

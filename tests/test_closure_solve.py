@@ -14,7 +14,7 @@ import pytest
 
 import closure_reference as ref
 import diffmb
-from diffmb import closures as cl, constraints as cs, constraint_solve as solve, crba, rnea, simulate
+from diffmb import closures as cl, constraint_solve as solve, constraints as cs, crba, rnea, simulate
 from diffmb.kinematics import kinematics
 from diffmb.scenarios import get
 from diffmb.scenarios.fourbar import fourbar_system

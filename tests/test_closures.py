@@ -8,7 +8,7 @@ import pytest
 
 from diffmb import ModelBuilder, TreeSystem, simulate
 from diffmb.constraints import make_closures
-from diffmb.scenarios.fourbar import A, B, C, D, G, M1, M2, M3, fourbar_system
+from diffmb.scenarios.fourbar import M1, M2, M3, A, B, C, D, G, fourbar_system
 
 
 def minimal_model_rhs(state):

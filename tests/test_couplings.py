@@ -25,7 +25,7 @@ from diffmb.couplings import coupling
 from diffmb.mjcf import to_mjcf
 from diffmb.mjcf_import import load_mjcf
 from diffmb.urdf import mimic_closures
-from robots import joint_maps, robot_urdfs
+from robots import robot_urdfs
 
 COEF = np.array([0.1, 0.5, -0.3, 0.2, 0.05])
 

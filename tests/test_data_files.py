@@ -39,7 +39,7 @@ def test_fourbar_cli_and_readme_python_start_with_the_same_energy(tmp_path, monk
     # the README's block up to the system (the simulation itself is the slow README test's)
     block = _readme_fourbar_block().split("system = diffmb.TreeSystem", 1)[0]
     env = {}
-    exec(block, env)  # noqa: S102 - the README's own lines
+    exec(block, env)
     e_py = float(diffmb.energy(env["model"], env["q0"], env["qd0"]))
     assert e_py == pytest.approx(e_cli, rel=1e-9)
     # gravity in the plane of the linkage: the potential energy changes as the crank turns

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from diffmb import cli, simulate
-from diffmb.integrate import RunSettings
 from diffmb.batch import member_values, scenario_batch, sweep
 from diffmb.binding import bind
 from diffmb.data import read_data, write_data
 from diffmb.fit import fit, synth
+from diffmb.integrate import RunSettings
 from diffmb.scenarios import get
 from diffmb.tune import _Objective, named_loss, tune
 

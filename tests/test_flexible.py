@@ -11,8 +11,7 @@ import pytest
 
 from diffmb import tree
 from diffmb.formulations import flexible as fx
-from diffmb.formulations.flexible import frame_modes as fe
-from diffmb.formulations.flexible import modal as md
+from diffmb.formulations.flexible import frame_modes as fe, modal as md
 from diffmb.integrate import simulate
 from diffmb.model import ModelBuilder
 from diffmb.system import TreeSystem
@@ -183,7 +182,7 @@ def test_frozen_modes_reproduce_rigid_tree():
 def test_prescribed_motion_load_matches_rigid_inverse_dynamics():
     """All joints prescribed, very stiff bodies: hinge loads -> rigid RNEA torques."""
     beam = _beam(stiff=1e4, zeta=0.3)
-    prof = lambda a, f: (lambda t, p: a * jnp.sin(f * t))  # noqa: E731
+    prof = lambda a, f: (lambda t, p: a * jnp.sin(f * t))
     bodies = [
         fx.FlexBody("b1", beam, "world", "revolute", axis=(0, 1, 0), prescribed={0: prof(0.5, 2.0)}),
         fx.FlexBody("b2", beam, "b1", "universal", hinge="tip", axis=(0, 0, 1), axis2=(0, 1, 0),
@@ -231,7 +230,7 @@ def test_free_floating_chain_conserves_momentum_with_prescribed_joint():
     angular momentum (including the deformation's ``int (Phi q) x v dm``) are conserved;
     the internal actuation, damping and geometric stiffening must not change them."""
     data = _rotation_complete_body()
-    slew = lambda t, p: p["A"] * (t - jnp.sin(2 * jnp.pi * t / p["T"]) * p["T"] / (2 * jnp.pi))  # noqa: E731
+    slew = lambda t, p: p["A"] * (t - jnp.sin(2 * jnp.pi * t / p["T"]) * p["T"] / (2 * jnp.pi))
     bodies = [
         fx.FlexBody("b1", data, "world", "free", u0=[0.1, -0.2, 0.3, 0.05, 0.0, 0.1], eta0=0.05 * np.ones(6),
                     eta_dot0=0.1 * np.arange(6)),

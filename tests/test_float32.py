@@ -73,7 +73,7 @@ def test_a_float32_fit_binds_its_parameters_and_recovers_them(tmp_path):
     noise: g and damping come back within three standard errors."""
     env = {**os.environ, "DIFFMB_FLOAT32": "1"}
     data, js = tmp_path / "p.csv", tmp_path / "fit.json"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "diffmb", *a], check=True, env=env,  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "diffmb", *a], check=True, env=env,
                                     timeout=300, capture_output=True, text=True)
     run("synth", "pendulum", "--set", "damping=0.05", "--t1", "1", "--dt", "0.01", "--noise", "1e-3",
         "--out", str(data), "--quiet", "--json", str(tmp_path / "s.json"))
@@ -150,3 +150,17 @@ def test_a_float32_sweep_agrees_with_float64_member_by_member(tmp_path):
             assert np.isnan(a["energy_drift"])
         assert dh < 3e-5 * scale
     assert conserved == 4
+
+
+def test_a_10x10_map_fold_builds_in_float32():
+    """Its 19-joint loops close to float32's round-off (1e-6), which the closure check at
+    the build must accept: it took float64's 1e-6 as its bound and refused the fold."""
+    code = ("import diffmb, numpy as np\n"
+            "from diffmb.scenarios import get\n"
+            "s, p, _ = get('map-fold').make({'rows': 10, 'cols': 10})\n"
+            "v = s.violation(np.asarray(s.init_state(p)), p)\n"
+            "print(p['q0'].dtype, max(float(np.max(np.abs(x))) for x in v.values()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600,
+                         env={**os.environ, "DIFFMB_FLOAT32": "1"})
+    dtype, violation = out.stdout.split()
+    assert dtype == "float32" and float(violation) < 1e-5

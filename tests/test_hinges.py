@@ -14,8 +14,7 @@ import pytest
 
 from diffmb import cli
 from diffmb.integrate import simulate
-from diffmb.origami import build, map_fold
-from diffmb.origami import hinges as H
+from diffmb.origami import build, hinges as H, map_fold
 from diffmb.scenarios.origami import PAPER_PANEL_INERTIA
 
 TAPE = dict(K_flat=1.0, M_peak=0.3, M_plateau=0.1, M_peak_neg=0.6, M_plateau_neg=0.05)
@@ -99,7 +98,7 @@ def test_smooth_stop_is_conservative_and_tends_to_the_exact_contact():
         for thd in (-2.0, 2.0):  # the contact damping still only dissipates
             damp = H.stop_torque(th, thd, lo, hi, k, c, w) - H.stop_torque(th, 0.0, lo, hi, k, 0.0, w)
             assert np.all(np.asarray(damp) * thd <= 0)
-    f = lambda v: H.stop_torque(v[0], 0.3, -jnp.inf, v[1], v[2], v[3], v[4])  # noqa: E731
+    f = lambda v: H.stop_torque(v[0], 0.3, -jnp.inf, v[1], v[2], v[3], v[4])
     for x in (0.1, 0.25):
         J = jax.jacfwd(f)(jnp.array([x, 0.2, 20.0, 5.0, 0.01]))
         assert np.all(np.isfinite(np.asarray(J)))

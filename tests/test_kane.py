@@ -25,8 +25,7 @@ import pytest
 
 from diffmb import simulate, tree
 from diffmb.formulations import kane
-from diffmb.scenarios import REGISTRY
-from diffmb.scenarios import closed_mechanisms as sk
+from diffmb.scenarios import REGISTRY, closed_mechanisms as sk
 
 V = dict(sk.SLIDER_CRANK_DEFAULTS)
 T1 = 5.0

@@ -6,14 +6,13 @@
   MuJoCo: the two engines' motions agree to 1e-8 rad.
 """
 
+import mujoco
 import numpy as np
 import pytest
 
 import diffmb
-from diffmb.mjcf import to_mjcf, to_mujoco_state
 from conftest import make_random_model, random_state
-
-import mujoco  # noqa: E402  (the dev extra installs it: a missing peer fails, never skips)
+from diffmb.mjcf import to_mjcf, to_mujoco_state
 
 
 def _mujoco_qacc(model, q, qd, qdd):

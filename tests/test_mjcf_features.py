@@ -171,7 +171,7 @@ def test_site_based_connect_and_weld_measure_what_mujoco_measures():
         mujoco.mj_forward(m, d)
         ours = np.asarray(diffmb.closures.position_residual(imp.model, q, imp.closures)).reshape(-1)[rows]
         theirs = d.efc_pos
-        norm = lambda v: float(np.linalg.norm(v))  # noqa: E731
+        norm = lambda v: float(np.linalg.norm(v))
         assert abs(norm(ours[0:3]) - np.sin(2 * np.arcsin(norm(theirs[3:6])))) < 1e-12  # weld rotation
         for a, b in ((slice(3, 6), slice(0, 3)), (slice(6, 9), slice(6, 9)), (slice(9, 12), slice(9, 12))):
             assert abs(norm(ours[a]) - norm(theirs[b])) < 1e-12

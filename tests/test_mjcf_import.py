@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import diffmb
+from conftest import make_random_model, random_state
 from diffmb.mjcf import to_mjcf, to_mujoco_state
 from diffmb.mjcf_import import load_mjcf, velocity_map
-from conftest import make_random_model, random_state
 from test_closures import one_dof_reference as _reference
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -79,7 +79,7 @@ def _accelerations_both(xml, seed):
 
 
 def _with_key(xml, qpos, qvel):
-    fmt = lambda v: " ".join(f"{x:.17g}" for x in v)  # noqa: E731
+    fmt = lambda v: " ".join(f"{x:.17g}" for x in v)
     key = f'<keyframe><key name="k" qpos="{fmt(qpos)}" qvel="{fmt(qvel)}"/></keyframe>'
     return xml.replace("</mujoco>", key + "</mujoco>")
 

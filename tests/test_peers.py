@@ -7,17 +7,17 @@ we map its coordinates to diffmb's (URDF document order) by joint name.
 """
 
 import numpy as np
+import pinocchio as pin  # the dev extra installs it: a missing peer fails, never skips
 import pytest
 
-import pinocchio as pin  # the dev extra installs it: a missing peer fails, never skips
-
-import diffmb  # noqa: E402
-from diffmb.urdf import ROOT_JOINT  # noqa: E402
-
-from robots import from_pin_free as _from_pin_free  # noqa: E402
-from robots import joint_maps as _joint_maps  # noqa: E402
-from robots import pin_q as _pin_q  # noqa: E402
-from robots import to_pin_free as _to_pin_free  # noqa: E402
+import diffmb
+from diffmb.urdf import ROOT_JOINT
+from robots import (
+    from_pin_free as _from_pin_free,
+    joint_maps as _joint_maps,
+    pin_q as _pin_q,
+    to_pin_free as _to_pin_free,
+)
 
 TOL = 1e-9
 

@@ -46,10 +46,10 @@ def test_make_sets_one_hinges_stiffness_and_the_run_follows_it():
 
     # 0.05 s: the folded hinge starts at rest, so its travel is 1/2 alpha t^2 with alpha
     # proportional to its own spring's torque (K_j (theta - rest)); 50 RK4 steps resolve it
-    run = lambda p: diffmb.simulate(system, params=p, t1=0.05, dt=1e-3, saveat=11, diagnostics=False)  # noqa: E731
+    run = lambda p: diffmb.simulate(system, params=p, t1=0.05, dt=1e-3, saveat=11, diagnostics=False)
     named, direct, default = run(p_named), run(p_direct), run(p0)
     np.testing.assert_array_equal(np.asarray(named.xs), np.asarray(direct.xs))
-    travel = lambda tr: abs(float(tr.xs[-1, j] - tr.xs[0, j]))  # noqa: E731
+    travel = lambda tr: abs(float(tr.xs[-1, j] - tr.xs[0, j]))
     assert travel(default) > 0
     # twice the stiffness, twice the torque, twice the travel (linear in it to ~t^4: 3e-5)
     np.testing.assert_allclose(travel(named) / travel(default), 2.0, rtol=1e-3)

@@ -11,13 +11,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from diffmb.data import Data  # noqa: E402
-from diffmb.plot import coordinates_figure, energy_figure, fit_figure, violation_figure  # noqa: E402
-from diffmb.records import Record  # noqa: E402
-from diffmb.sensors import Sensor  # noqa: E402
-from diffmb.trajectory import Trajectory  # noqa: E402
+from diffmb.data import Data
+from diffmb.plot import coordinates_figure, energy_figure, fit_figure, violation_figure
+from diffmb.records import Record
+from diffmb.sensors import Sensor
+from diffmb.trajectory import Trajectory
 
 
 def _traj(columns: dict, *, roles=(), violation=None, diagnostics=None) -> Trajectory:

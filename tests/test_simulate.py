@@ -122,7 +122,7 @@ def test_projection_with_fsal_solver():
 def test_event_with_projection_located_on_dense_output():
     """Projected steps keep a continuous dense output with the inner slope, so a
     real-valued event is located as in the unprojected run."""
-    ev = lambda t, x, p: x[1] + 0.5  # noqa: E731  (the mass falls to y = -0.5)
+    ev = lambda t, x, p: x[1] + 0.5
     kw = dict(t1=5.0, solver="dopri5", rtol=1e-11, atol=1e-12, events=ev)
     on = simulate(CirclePendulum(), **kw)
     off = simulate(CirclePendulum(use_projection=False), **kw)

@@ -14,8 +14,15 @@ from diffmb import scenarios, simulate
 from diffmb.cli import main
 from diffmb.formulations import tensegrity as tg
 from diffmb.formulations.tensegrity import linear as tl
-from diffmb.scenarios.tensegrity import (TBAR_BARS, TBAR_FIXED, TBAR_STRINGS, ball_geometry,
-                                         tbar_elastic, tbar_minimal_error, tbar_nodes)
+from diffmb.scenarios.tensegrity import (
+    TBAR_BARS,
+    TBAR_FIXED,
+    TBAR_STRINGS,
+    ball_geometry,
+    tbar_elastic,
+    tbar_minimal_error,
+    tbar_nodes,
+)
 
 
 def tbar(**kw):

@@ -86,10 +86,10 @@ def _lagrange_residual(model, q, qd, tau):
     def V(q_):
         return diffmb.potential_energy(model, q_)
 
-    rates = lambda a, b: diffmb.coordinate_rates(model, a, b)  # noqa: E731
+    rates = lambda a, b: diffmb.coordinate_rates(model, a, b)
     qdot = rates(q, qd)
     _, qddot = jax.jvp(rates, (q, qd), (qdot, qdd))
-    p = lambda a, b: jax.grad(Tt, argnums=1)(a, b)  # noqa: E731
+    p = lambda a, b: jax.grad(Tt, argnums=1)(a, b)
     _, pdot = jax.jvp(p, (q, qdot), (qdot, qddot))
     lhs = pdot - jax.grad(Tt, argnums=0)(q, qdot) + jax.grad(V)(q)
     rhs = jnp.dot(G(q).T, tau - model.damping * qd)
@@ -432,7 +432,7 @@ def test_fixed_links_match_locked_revolute_joints():
     def build(lock_kind):
         b = diffmb.ModelBuilder(gravity=(0.0, 0.3, -9.81))
         r = np.random.default_rng(9)
-        ax = lambda: r.normal(size=3)  # noqa: E731
+        ax = lambda: r.normal(size=3)
 
         def inert():
             return dict(mass=r.uniform(0.5, 2), com=r.uniform(-0.3, 0.3, 3),
@@ -522,7 +522,7 @@ def test_grad_wrt_model_parameters_matches_finite_differences():
     tau = _rand_tau(model, 8)
     w = np.random.default_rng(9).normal(size=model.nv)
     g = PARAM_GRAD(model, q, qd, tau, w)
-    loss = lambda m: float(PARAM_LOSS(m, q, qd, tau, w))  # noqa: E731
+    loss = lambda m: float(PARAM_LOSS(m, q, qd, tau, w))
     eps = 1e-6
 
     def fd(where, idx):

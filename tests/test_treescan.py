@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import diffmb
+from conftest import make_random_model, random_state
 from diffmb import aba, crba, rnea, treescan
 from diffmb.kinematics import kinematics
 from diffmb.layout import layout
-from conftest import make_random_model, random_state
 
 
 def _loop_ancestors(parents, x):

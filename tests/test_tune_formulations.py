@@ -16,6 +16,7 @@ import pytest
 from diffmb import cli, scenarios, simulate
 from diffmb.tune import tune, vibration_loss
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario, sets", [
     ("slider-crank", ["--set", "formulation=dae", "--set", "a=0.5", "--set", "b=0.5"]),

@@ -13,8 +13,8 @@ import pytest
 
 from diffmb import scenarios, simulate, spatial as sp
 from diffmb.cli import main
-from diffmb.formulations.udwadia_kalaba import potentials as pot
 from diffmb.formulations import udwadia_kalaba as uk
+from diffmb.formulations.udwadia_kalaba import potentials as pot
 from diffmb.scenarios import modular_spacecraft as S
 
 
@@ -104,7 +104,7 @@ def test_structured_solve_matches_literal_eq14_and_rows_match_autodiff():
 
     @jax.jit
     def phidd(X, V, acc):
-        first = lambda Z: jax.jvp(phi, (Z,), (V,))[1]  # noqa: E731
+        first = lambda Z: jax.jvp(phi, (Z,), (V,))[1]
         return jax.jvp(first, (X,), (V,))[1] + jax.jvp(phi, (X,), (acc,))[1], first(X)
 
     dd, d = phidd(X, V, acc)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import diffmb
+from conftest import make_random_model, random_state
 from diffmb import spatial as sp
 from diffmb.vectorize import vmap_blocks
-from conftest import make_random_model, random_state
 
 
 def test_written_out_products_equal_the_reduced_ones():
@@ -50,7 +50,7 @@ def test_blocked_batch_equals_one_state_at_a_time(branched, backend):
     q = jnp.asarray(np.stack([s[0] for s in states]))
     qd = jnp.asarray(np.stack([s[1] for s in states]))
     tau = jnp.asarray(np.random.default_rng(5).normal(size=(300, model.nv)))
-    fd = lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, backend=backend)  # noqa: E731
+    fd = lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, backend=backend)
     batched = vmap_blocks(fd, block=128)(q, qd, tau)
     single = jax.jit(fd)
     reference = np.stack([single(q[i], qd[i], tau[i]) for i in (0, 1, 127, 128, 255, 256, 299)])
@@ -62,7 +62,7 @@ def test_blocked_batch_equals_one_state_at_a_time(branched, backend):
 
 
 def test_blocked_batch_keeps_pytrees_and_short_batches():
-    f = lambda x, y: {"sum": x + y["a"], "dot": sp.vdot(x, y["a"])}  # noqa: E731
+    f = lambda x, y: {"sum": x + y["a"], "dot": sp.vdot(x, y["a"])}
     x = jnp.arange(15.0).reshape(5, 3)
     out = vmap_blocks(f, block=4)(x, {"a": 2 * x})
     np.testing.assert_allclose(out["sum"], 3 * x)

@@ -19,8 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from browser import (canvas_pixels, firefox_available, firefox_driver, instrumented, open_page, recorded_errors,
-                     wait_rendered, webkit, webkit_available)
+from browser import (
+    canvas_pixels,
+    firefox_available,
+    firefox_driver,
+    instrumented,
+    open_page,
+    recorded_errors,
+    wait_rendered,
+    webkit,
+    webkit_available,
+)
 from diffmb.viewer import saved, scene_of
 from diffmb.viewer.page import write
 from viewer_runs import fold_run

@@ -1,15 +1,16 @@
 """diffmb — differentiable multibody dynamics in JAX for space structures."""
 
-from . import _config  # noqa: F401  (float64 default, XLA flags)
-from . import spatial
+from . import (
+    _config,  # noqa: F401  (float64 default, XLA flags)
+    spatial,
+)
+from ._config import __version__ as __version__
+from .closed_chain import assemble, close_loops
+from .integrate import SOLVERS, simulate
+from .mjcf_import import load_mjcf
 from .model import Model, ModelBuilder
 from .system import System, TreeSystem
-from .integrate import SOLVERS, simulate
 from .trajectory import Trajectory
-from .urdf import load_urdf
-from .closed_chain import assemble, close_loops
-from .mjcf_import import load_mjcf
-from .vectorize import vmap_blocks
 from .tree import (
     bias_forces,
     center_of_mass,
@@ -25,8 +26,8 @@ from .tree import (
     momentum,
     potential_energy,
 )
-
-from ._config import __version__
+from .urdf import load_urdf
+from .vectorize import vmap_blocks
 
 __all__ = [
     "assemble",

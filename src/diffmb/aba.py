@@ -26,8 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import rnea
-from . import spatial as sp
+from . import rnea, spatial as sp
 from .layout import layout
 
 #: Slots per level up to which the hand-over to the parents' slots is a written-out sum
@@ -124,7 +123,7 @@ def forward_dynamics(model, ws, tau, f_ext=None):
     dt = ws.S.dtype
     if lay.nv == 0:
         return jnp.zeros(0, dt)
-    pad2 = lambda x: jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], dt)], 0)  # noqa: E731
+    pad2 = lambda x: jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], dt)], 0)
     pA0 = sp.cross_force(ws.vel, sp.mv(ws.inertia, ws.vel))
     if f_ext is not None:
         pA0 = pA0 - rnea.external_forces_world(ws, f_ext)

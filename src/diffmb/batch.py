@@ -53,12 +53,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import health, scenarios
-from . import spatial as sp
+from . import health, scenarios, spatial as sp
 from .binding import NotAffine, bind, build_batch
 from .integrate import RunSettings
 from .trajectory import STATUS_CODES, STATUS_NAMES
-
 
 #: Members per compiled call on a CPU, where a chunk's program is traced with the small
 #: products written out (:func:`_on_cpu`). Measured on fold-4panel (2-core CPU, quiet,

@@ -43,7 +43,7 @@ def _same_structure(p, q) -> bool:
         return bool(jax.tree_util.tree_structure(sp_) == jax.tree_util.tree_structure(sq)) and all(
             np.array_equal(np.asarray(a), np.asarray(b))
             for a, b in zip(jax.tree_util.tree_leaves(sp_), jax.tree_util.tree_leaves(sq)))
-    except Exception:  # noqa: BLE001  (incomparable static leaves: treat as different)
+    except Exception:
         return False
 
 
@@ -164,7 +164,7 @@ def _difference(scenario, values, delta, base, stab, name):
     d1, static = _split(p1)
     d0, _ = _split(base)
     # equal leaves (including the infinite joint limits) do not move: 0, not inf - inf
-    diff = lambda a, b: jnp.where(a == b, 0.0, (a - b) / h)  # noqa: E731
+    diff = lambda a, b: jnp.where(a == b, 0.0, (a - b) / h)
     return eqx.combine(jax.tree_util.tree_map(diff, d1, d0), static)
 
 
@@ -228,6 +228,6 @@ def run_options(scenario, *, t1=None, dt=None, solver=None, rtol=None, atol=None
     dopri5 and default tolerances (``t1`` must then be given)."""
     if not isinstance(scenario, Binding):
         return scenario.run_settings(t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol)
-    pick = lambda v, default: default if v is None else v  # noqa: E731
+    pick = lambda v, default: default if v is None else v
     return dict(t1=None if t1 is None else float(t1), dt=dt, solver=solver or "dopri5",
                 rtol=float(pick(rtol, 1e-8)), atol=float(pick(atol, 1e-10)))

@@ -268,8 +268,8 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess=None, *, fixed=(), ra
     rows = np.asarray(loops.rows)
 
     key = tuple(int(r) for r in rows)
-    residual = lambda q_: _closure_residual(model, loops, key, q_)  # noqa: E731
-    jac = lambda q_: _closure_residual_jacobian(model, loops, key, q_)  # noqa: E731
+    residual = lambda q_: _closure_residual(model, loops, key, q_)
+    jac = lambda q_: _closure_residual_jacobian(model, loops, key, q_)
     r = np.asarray(residual(q))
     for _ in range(max_iter):
         if np.abs(r).max() <= tol:

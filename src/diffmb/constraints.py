@@ -27,9 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import closures as cl
-from . import constraint_solve as solve
-from . import crba, rnea
+from . import closures as cl, constraint_solve as solve, crba, rnea
 from .closures import (  # noqa: F401  (the closure vocabulary, re-exported)
     KINDS,
     ROW_NAMES,

@@ -44,8 +44,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _config
-from .batch import (_batch_size, _take, assemble, chunk_members, chunk_size, default_chunk, member_runner,
-                    n_chunks, run_chunk)
+from .batch import (
+    _batch_size,
+    _take,
+    assemble,
+    chunk_members,
+    chunk_size,
+    default_chunk,
+    member_runner,
+    n_chunks,
+    run_chunk,
+)
 
 EXTRA = "cluster"
 

@@ -23,7 +23,6 @@ type, solver, save-grid length, ``max_steps``) is static; every number (``t0``, 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import time
 from typing import ClassVar
@@ -391,7 +390,7 @@ def compile_simulation(system: System, **kwargs):
     args = simulate(system, _compile_only=True, **kwargs)
     start = time.perf_counter()
     compiled = _solve.lower(*args).compile()
-    like = lambda a: jnp.zeros(a.shape, a.dtype)  # noqa: E731  (filter_jit lowers arrays, not shapes)
+    like = lambda a: jnp.zeros(a.shape, a.dtype)
     states = jax.eval_shape(_solve, *args)
     diagnose = _diagnose.lower(system, args[2], like(states.ts), like(states.xs), args[3],
                                args[0].form).compile()
@@ -563,7 +562,7 @@ def _diagnose(system, params, ts, xs, x0, form="reduce"):
     sample = np.arange(0, n, max(1, math.ceil(n / SAMPLED_POINTS)))
     for k, v in jax.vmap(lambda x: system.sampled_diagnostics(x, params))(safe[sample]).items():
         diag[k] = jnp.full((n,) + v.shape[1:], nan, v.dtype).at[sample].set(v)
-    blank = lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, nan)  # noqa: E731
+    blank = lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, nan)
     return {k: blank(v) for k, v in diag.items()}, {k: blank(v) for k, v in viol.items()}
 
 

@@ -27,9 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import joints as jt
-from . import spatial as sp
-from . import treescan
+from . import joints as jt, spatial as sp, treescan
 from .layout import layout
 
 

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+
 class IdentifiabilityWarning(UserWarning):
     """The data cannot tell some fitted parameters apart (see :func:`identifiability`)."""
 

@@ -46,10 +46,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from . import joints as jt
-from . import spatial as sp
-from . import fluid as fl
-from . import tendons as tn
+from . import fluid as fl, joints as jt, spatial as sp, tendons as tn
 from .closed_chain import assemble
 from .closures import jacobian, loop_closures, position_residual
 from .couplings import coupling
@@ -147,7 +144,7 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
     mujoco = _mujoco()
 
     m, where = _compile(source)
-    name = lambda kind, i: mujoco.mj_id2name(m, kind, i) or f"{kind.name.split('_')[-1].lower()}{i}"  # noqa: E731
+    name = lambda kind, i: mujoco.mj_id2name(m, kind, i) or f"{kind.name.split('_')[-1].lower()}{i}"
     OBJ = mujoco.mjtObj
     _apply_disable_flags(m)
     b = ModelBuilder(gravity=tuple(float(g) for g in m.opt.gravity))
@@ -202,7 +199,8 @@ def load_mjcf(source, *, key=None) -> MjcfModel:
         notes.append(f"{m.nu} actuator(s) not carried over (drive the joints with tau_fn)")
     tendons = _tendons(m, model, joints, name, where, notes)
     fluid = _fluid(m, model, offset, last, name, notes)
-    contacts_off = m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+    contacts_off = m.opt.disableflags & int(mujoco.mjtDisableBit.mjDSBL_CONTACT
+                                            | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
     if m.ngeom and np.any(m.geom_contype | m.geom_conaffinity) and not contacts_off:
         notes.append("contacts not simulated (diffmb has no contact model)")
     closures = _equalities(m, model, offset, last, joints, name, where)
@@ -248,7 +246,7 @@ def _fluid(m, model, offset, last, name, notes):
     if not rows:
         return None
     body, mass, moments, center, axes = (np.array(c) for c in zip(*rows))
-    arr = lambda x: jnp.asarray(np.asarray(x, float))  # noqa: E731
+    arr = lambda x: jnp.asarray(np.asarray(x, float))
     return fl.InertiaBoxFluid(density=arr(m.opt.density), viscosity=arr(m.opt.viscosity), wind=arr(m.opt.wind),
                               box=fl.box_edges(arr(mass), arr(moments)), center=arr(center), axes=arr(axes),
                               body=tuple(int(b) for b in body))
@@ -278,7 +276,8 @@ def _tendons(m, model, joints, name, where, notes):
             notes.append(f"tendon {tname!r}: spatial tendon not carried over (diffmb has no tendon "
                          f"path geometry; only fixed tendons are)")
             continue
-        for what, value in (("limit", m.tendon_limited[t]), ("armature", getattr(m, "tendon_armature", [0] * m.ntendon)[t]),
+        for what, value in (("limit", m.tendon_limited[t]),
+                            ("armature", getattr(m, "tendon_armature", [0] * m.ntendon)[t]),
                             ("frictionloss", m.tendon_frictionloss[t])):
             if value:
                 notes.append(f"tendon {tname!r}: {what} not carried over")
@@ -291,7 +290,7 @@ def _tendons(m, model, joints, name, where, notes):
     if not keep:
         return None
     cols = list(zip(*keep))
-    arr = lambda x: jnp.asarray(np.array(x, float))  # noqa: E731
+    arr = lambda x: jnp.asarray(np.array(x, float))
     return tn.FixedTendons(coef=arr(cols[1]), length0=arr(cols[2]), stiffness=arr(cols[3]),
                            damping=arr(cols[4]), lower=arr(cols[5]), upper=arr(cols[6]),
                            names=tuple(cols[0]))
@@ -314,12 +313,12 @@ def _joint_numbers(m, j, kind, jname):
     axes); stiffness about ``qpos_spring`` and the range only on hinge and slide joints."""
     dof, a, nd = int(m.jnt_dofadr[j]), int(m.jnt_qposadr[j]), jt.NV[kind]
     notes, out = [], {}
-    for field, values in (("damping", m.dof_damping[dof:dof + nd]), ("armature", m.dof_armature[dof:dof + nd])):
+    for number, values in (("damping", m.dof_damping[dof:dof + nd]), ("armature", m.dof_armature[dof:dof + nd])):
         x = _free_dofs(values) if kind == "free" else np.asarray(values, float)
         if x is None:
-            notes.append(f"joint {jname!r}: free joint {field} differs between the linear axes; not carried over")
+            notes.append(f"joint {jname!r}: free joint {number} differs between the linear axes; not carried over")
         else:
-            out[field] = x
+            out[number] = x
     if nd == 1:
         limited = bool(m.jnt_limited[j])
         out.update(stiffness=m.jnt_stiffness[j], rest=m.qpos_spring[a] - m.qpos0[a],
@@ -339,7 +338,7 @@ def _apply_disable_flags(m):
     equalities (also with all constraints off)."""
     import mujoco
 
-    off = lambda bit: bool(m.opt.disableflags & int(bit))  # noqa: E731
+    off = lambda bit: bool(m.opt.disableflags & int(bit))
     D = mujoco.mjtDisableBit
     if off(D.mjDSBL_GRAVITY):
         m.opt.gravity[:] = 0.0

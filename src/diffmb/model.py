@@ -21,8 +21,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from . import joints as jt
-from . import spatial as sp
+from . import joints as jt, spatial as sp
 from .regularity import check_regular as check_regular_mass
 
 
@@ -420,7 +419,7 @@ class ModelBuilder:
             m = m0 + b.mass
             c = (m0 * c0 + b.mass * c1) / m if m > 0 else c0
             d0, d1 = c0 - c, c1 - c
-            shift = lambda mm, d: mm * (d @ d * np.eye(3) - np.outer(d, d))  # noqa: E731
+            shift = lambda mm, d: mm * (d @ d * np.eye(3) - np.outer(d, d))
             inert[anc] = (m, c, I0 + shift(m0, d0) + I1 + shift(b.mass, d1))
 
         # Moving bodies hang from their moving ancestor with the fixed chain folded in.
@@ -512,7 +511,7 @@ def reorder_joints(model: Model, joint_order) -> Model:
     for b, (s, e) in enumerate(new.body_slices):
         os_, oe = old_slices[b]
         idx[s:e] = np.arange(os_, oe)
-    perm = lambda a: a[idx]  # noqa: E731
+    perm = lambda a: a[idx]
     return eqx.tree_at(
         lambda m: tuple(getattr(m, f) for f in PER_DOF),
         new,

@@ -65,7 +65,8 @@ def _unit_kind(name: str, kinds: dict) -> str:
         return "angle"
     if "sigma" in low or low.startswith(("q_", "quat")):
         return "none"
-    if low.endswith(("_x", "_y", "_z")) or low in ("x", "y", "z") or low.startswith(("x", "y", "z")) and low[1:].isdigit():
+    if (low.endswith(("_x", "_y", "_z")) or low in ("x", "y", "z")
+            or low.startswith(("x", "y", "z")) and low[1:].isdigit()):
         return "length"
     return "other"
 

@@ -19,6 +19,7 @@ import numpy as np
 from .data import Data, read_data, read_overrides, state_units
 from .sensors import Sensor, column_units, header_sensors, parse_sensors, read_sensors
 
+
 @dataclass(frozen=True)
 class Record:
     """One deployment run: ``data``, the scenario values it differs by, a ``label``."""

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import spatial as sp
-from . import treescan
+from . import spatial as sp, treescan
 from .layout import layout
 
 

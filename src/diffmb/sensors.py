@@ -109,7 +109,8 @@ def parse_sensors(items, system, source: str = "<sensors>") -> tuple:
         seen.add(name)
         sigma = it.get("sigma")
         if sigma is not None:
-            if isinstance(sigma, bool) or not isinstance(sigma, int | float) or not (sigma > 0 and math.isfinite(sigma)):
+            if (isinstance(sigma, bool) or not isinstance(sigma, int | float)
+                    or not (sigma > 0 and math.isfinite(sigma))):
                 raise ValueError(f"{where}: field 'sigma': the noise standard deviation must be a "
                                  f"positive number (column units), got {sigma!r}")
             sigma = float(sigma)

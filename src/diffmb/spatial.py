@@ -90,7 +90,7 @@ def _short(n):
 def _terms(a, b, axis_a, axis_b):
     """``sum_k a_k * b_k`` over a short axis, as a chain of elementwise products."""
     n = a.shape[axis_a]
-    take = lambda x, ax, k: lax.index_in_dim(x, k, ax % x.ndim, keepdims=False)  # noqa: E731
+    take = lambda x, ax, k: lax.index_in_dim(x, k, ax % x.ndim, keepdims=False)
     out = take(a, axis_a, 0) * take(b, axis_b, 0)
     for k in range(1, n):
         out = out + take(a, axis_a, k) * take(b, axis_b, k)

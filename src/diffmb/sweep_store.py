@@ -44,7 +44,7 @@ _PART = re.compile(r"part-(\d{6,})\.parquet$")
 def require_pyarrow(flag: str):
     """Import pyarrow, or raise ImportError in one line saying which extra brings it."""
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError:
         raise ImportError(f"{flag} writes Parquet and needs pyarrow: pip install 'diffmb[{EXTRA}]'") from None

@@ -32,12 +32,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import aba, crba, rnea, tree
-from . import closures as cl
-from . import constraint_solve as solve
-from . import constraints as cs
-from . import joints as jt
-from . import spatial as sp
+from . import (
+    aba,
+    closures as cl,
+    constraint_solve as solve,
+    constraints as cs,
+    crba,
+    joints as jt,
+    rnea,
+    spatial as sp,
+    tree,
+)
 from .body_frames import BodyFrames, from_kinematics
 from .kinematics import kinematics
 from .model import Model

@@ -207,7 +207,7 @@ def grid_graph(rows: int, cols: int, *, hub: str | None = None) -> list:
     """
     if rows < 1 or cols < 1:
         raise ValueError(f"grid_graph: rows and cols must be >= 1, got {rows}, {cols}")
-    p = lambda r, c: f"p_{r}_{c}"  # noqa: E731
+    p = lambda r, c: f"p_{r}_{c}"
     edges = []
     if hub is not None:
         edges += [(hub, p(r, 0)) for r in range(rows)]

@@ -84,7 +84,7 @@ class Trajectory(eqx.Module):
     def trimmed(self) -> "Trajectory":
         """The rows the run reached with finite states (host arrays)."""
         m = self._valid()
-        cut = lambda a: np.asarray(a)[m]  # noqa: E731
+        cut = lambda a: np.asarray(a)[m]
         return eqx.tree_at(
             lambda t: (t.ts, t.xs, t.diagnostics, t.violation),
             self,
@@ -220,7 +220,7 @@ def concatenate(parts: list["Trajectory"]) -> "Trajectory":
     """
     parts = [p.trimmed() for p in parts]
     first, last = parts[0], parts[-1]
-    cat = lambda get: np.concatenate([get(p) if i == 0 else get(p)[1:] for i, p in enumerate(parts)])  # noqa: E731
+    cat = lambda get: np.concatenate([get(p) if i == 0 else get(p)[1:] for i, p in enumerate(parts)])
     return eqx.tree_at(
         lambda t: (t.ts, t.xs, t.diagnostics, t.violation, t.t_final, t.x_final, t.n_steps,
                    t.n_rejected, t.status_code, t.event_mask),

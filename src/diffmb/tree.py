@@ -21,13 +21,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import aba, crba, rnea
-from . import joints as jt
-from . import spatial as sp
+from . import aba, crba, joints as jt, rnea, spatial as sp
 from .kinematics import body_velocities, kinematics
 from .layout import layout
 from .model import Model
-
 
 # ------------------------------------------------------------------ input checking
 

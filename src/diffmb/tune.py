@@ -284,7 +284,7 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     z = jnp.asarray(start)
     with jax.numpy_dtype_promotion("standard"):
         state = opt.init(z)
-    to_dict = lambda z_: dict(zip(names, map(float, np.asarray(obj.natural(z_)))))  # noqa: E731
+    to_dict = lambda z_: dict(zip(names, map(float, np.asarray(obj.natural(z_)))))
 
     plain = _Objective(**{f: getattr(obj, f) for f in obj.__dataclass_fields__ if f != "log_mask"},
                        log_mask=(False,) * len(names))

@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
+import warnings
 import xml.etree.ElementTree as ET
 from collections import deque
 from dataclasses import dataclass
@@ -58,8 +59,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import spatial as sp
-import warnings
-
 from .model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
 
 ROOT_JOINT = "root_joint"

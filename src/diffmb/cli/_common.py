@@ -25,7 +25,7 @@ DEFAULT_OUT = "out"
 
 #: Set by the console script: whether a Ctrl-C arrived before the run's own handler was
 #: in place (its first Ctrl-C only sets a flag, see ``diffmb_cli``).
-pending_interrupt: Callable = lambda: False  # noqa: E731
+pending_interrupt: Callable = lambda: False
 
 
 @contextlib.contextmanager

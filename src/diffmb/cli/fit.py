@@ -20,9 +20,22 @@ from ..fit import fit
 from ..fit_residual import NUISANCE_BOUNDS
 from ..goodness import p_text
 from ..records import Record, load_records, resolve_sensors
-from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, check_plot, design_args, emit,
-                      interrupts, names, one_line_errors, parse_sets, stop_if_interrupted, run_settings,
-                      system_of)
+from ._common import (
+    INTERRUPTED,
+    UsageError,
+    check_kept,
+    check_outputs,
+    check_plot,
+    design_args,
+    emit,
+    interrupts,
+    names,
+    one_line_errors,
+    parse_sets,
+    run_settings,
+    stop_if_interrupted,
+    system_of,
+)
 
 
 def add_parser(sub):

@@ -36,7 +36,7 @@ def main(args) -> int:
     obj = {"scenario": sc.name, **linearize_report(system, params, inputs=args.inputs, outputs=args.outputs)}
     if args.json is not None:
         write_json(args.json, obj)
-    fmt = lambda v: "inf" if v is None else f"{v:.6g}"  # noqa: E731
+    fmt = lambda v: "inf" if v is None else f"{v:.6g}"
     rows = [("A", f"{obj['A_shape'][0]} x {obj['A_shape'][1]} (minimal order {obj['minimal_order']})"),
             ("H2 norm", fmt(obj["h2_norm"])), ("Hinf norm", fmt(obj["hinf_norm"]))]
     if obj.get("norms_infinite_because"):

@@ -8,8 +8,17 @@ import sys
 from pathlib import Path
 
 from .. import reconfig, scenarios
-from ._common import (DEFAULT_OUT, INTERRUPTED, check_outputs, interrupts, one_line_errors, parse_sets,
-                      scenario_args, stop_if_interrupted, table)
+from ._common import (
+    DEFAULT_OUT,
+    INTERRUPTED,
+    check_outputs,
+    interrupts,
+    one_line_errors,
+    parse_sets,
+    scenario_args,
+    stop_if_interrupted,
+    table,
+)
 
 
 def add_parser(sub):

@@ -89,8 +89,19 @@ from ..scenarios.origami import outlines
 from ..system import STABILIZATIONS
 from ..trajectory import Trajectory, concatenate
 from . import _common
-from ._common import (DEFAULT_OUT, UsageError, check_outputs, fail, finite, parse_sets, run_args,
-                      run_settings, scenario_args, table, write_json)
+from ._common import (
+    DEFAULT_OUT,
+    UsageError,
+    check_outputs,
+    fail,
+    finite,
+    parse_sets,
+    run_args,
+    run_settings,
+    scenario_args,
+    table,
+    write_json,
+)
 
 #: Default chunking of fixed-step runs (module docstring): about STEPS_PER_CHUNK steps a
 #: chunk, at most MAX_DEFAULT_CHUNKS chunks, but never more than MAX_STEPS_PER_CHUNK steps
@@ -384,7 +395,7 @@ def warn_replaced(cfg: RunConfig):
         elif meta.get("parameters") != want["parameters"]:
             old, new = meta.get("parameters") or {}, want["parameters"]
             keys = [k for k in new if old.get(k) != new[k]] + [k for k in old if k not in new]
-            show = lambda v: f"{v:g}" if isinstance(v, int | float) else repr(v)  # noqa: E731
+            show = lambda v: f"{v:g}" if isinstance(v, int | float) else repr(v)
             there = ", ".join(f"{k}={show(old.get(k))}" for k in keys)
             here = "this run with " + ", ".join(f"{k}={show(new.get(k))}" for k in keys)
         else:

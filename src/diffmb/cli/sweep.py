@@ -27,10 +27,33 @@ from pathlib import Path
 import numpy as np
 
 from .. import _config, scenarios, sweep_report, sweep_store
-from ..batch import (METRICS, _devices, chunk_members, chunk_size, conserved_by_member, default_chunk,
-                     member_values, n_chunks, scenario_batch, sweep)
-from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, check_plot, design_args, emit,
-                      interrupts, one_line_errors, parse_sets, stop_if_interrupted, run_settings, write_json)
+from ..batch import (
+    METRICS,
+    _devices,
+    chunk_members,
+    chunk_size,
+    conserved_by_member,
+    default_chunk,
+    member_values,
+    n_chunks,
+    scenario_batch,
+    sweep,
+)
+from ._common import (
+    INTERRUPTED,
+    UsageError,
+    check_kept,
+    check_outputs,
+    check_plot,
+    design_args,
+    emit,
+    interrupts,
+    one_line_errors,
+    parse_sets,
+    run_settings,
+    stop_if_interrupted,
+    write_json,
+)
 
 
 def add_parser(sub):
@@ -43,7 +66,8 @@ def add_parser(sub):
                    help="linspace: ranged names move together (the diagonal); grid: every "
                         "combination; random: independent uniform draws")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--chunk", type=int, metavar="N", help="members per compiled call (default 32 on a CPU, 8192 per GPU)")
+    w.add_argument("--chunk", type=int, metavar="N",
+                   help="members per compiled call (default 128 on a CPU, 8192 per GPU)")
     w.add_argument("--devices", default=None, metavar="all|N", help="shard over devices")
     w.add_argument("--csv", type=Path, metavar="PATH", help="write the per-member table as CSV")
     w.add_argument("--workers", type=int, metavar="N",

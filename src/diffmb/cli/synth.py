@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from .. import scenarios
-from ..fit import default_t_offset_bound, synth
 from ..data import state_units, write_data
+from ..fit import default_t_offset_bound, synth
 from ..sensors import column_units, read_sensors
 from ._common import check_outputs, design_args, emit, names, one_line_errors, parse_sets, run_settings, system_of
 

@@ -8,8 +8,20 @@ import sys
 
 from .. import scenarios
 from ..tune import LOSSES, tune
-from ._common import (INTERRUPTED, UsageError, check_kept, check_outputs, design_args, emit, interrupts, names,
-                      one_line_errors, parse_sets, stop_if_interrupted, run_settings)
+from ._common import (
+    INTERRUPTED,
+    UsageError,
+    check_kept,
+    check_outputs,
+    design_args,
+    emit,
+    interrupts,
+    names,
+    one_line_errors,
+    parse_sets,
+    run_settings,
+    stop_if_interrupted,
+)
 
 
 def add_parser(sub):

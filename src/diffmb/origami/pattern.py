@@ -133,7 +133,7 @@ def plate_inertia(v: np.ndarray, mass: float) -> np.ndarray:
         e1, e2 = tri[1] - tri[0], tri[2] - tri[0]
         a = abs(e1[0] * e2[1] - e1[1] * e2[0]) / 2
         # second moments of a triangle about the origin: A/6 * (sum x_i^2 + sum x_i x_j)
-        s = lambda f, g: (f @ g + f.sum() * g.sum()) / 12 * a  # noqa: E731
+        s = lambda f, g: (f @ g + f.sum() * g.sum()) / 12 * a
         Ixx += s(tri[:, 1], tri[:, 1])
         Iyy += s(tri[:, 0], tri[:, 0])
         Ixy += s(tri[:, 0], tri[:, 1])

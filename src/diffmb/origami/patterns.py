@@ -206,7 +206,7 @@ def scheel(n_sectors: int, n_rings: int, *, hub_radius: float = 1.0, ring_width:
     ang = 2 * np.pi * np.arange(n_sectors) / n_sectors
     u = np.stack([np.cos(ang), np.sin(ang), np.zeros(n_sectors)], axis=1)  # corner rays
     radius = [hub_radius + j * ring_width for j in range(n_rings + 1)]
-    name = lambda s, j: "r" if j == 0 else f"s{s % n_sectors}_{j}"  # noqa: E731
+    name = lambda s, j: "r" if j == 0 else f"s{s % n_sectors}_{j}"
     panels = [Panel("r", radius[0] * u, hub_mass, hub_inertia)]
     creases, cut = [], []
     for s in range(n_sectors):

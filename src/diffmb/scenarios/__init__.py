@@ -7,11 +7,9 @@ run with. Modules in this package register their scenarios on import.
 
 from __future__ import annotations
 
-from .scenario import NONNEGATIVE, REGISTRY, Scenario, conserves, nonnegative, register
-
 # importing a scenario module registers its scenarios
-from . import (closed_mechanisms, files, flexible_spacecraft, fourbar, modular_spacecraft,  # noqa: E402,F401
-               origami, pendulum, tensegrity)
+from . import closed_mechanisms, files, flexible_spacecraft, fourbar, modular_spacecraft, origami, pendulum, tensegrity  # noqa: F401
+from .scenario import NONNEGATIVE, REGISTRY, Scenario, conserves, nonnegative, register
 
 __all__ = ["NONNEGATIVE", "REGISTRY", "Scenario", "conserves", "get", "nonnegative", "register"]
 

@@ -55,8 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp
-from .. import tree
+from .. import spatial as sp, tree
 from ..formulations import kane
 from ..model import ModelBuilder
 from .scenario import Scenario, conserves, register
@@ -88,7 +87,7 @@ def slider_crank_model(l1, l2, m1, m2, m3, g):
     """Open tree of Fig. 1b: crank (revolute z at the origin) -> rod (revolute z at the
     crank tip), slider (prismatic x). Slender uniform rods, the slider a point mass."""
     b = ModelBuilder(gravity=(0.0, -g, 0.0))
-    rod = lambda m, l: np.diag([0.0, m * l * l / 12.0, m * l * l / 12.0])  # noqa: E731
+    rod = lambda m, l: np.diag([0.0, m * l * l / 12.0, m * l * l / 12.0])
     b.add_body("crank", "world", "revolute", axis=(0, 0, 1), mass=m1, com=(l1 / 2, 0, 0),
                inertia=rod(m1, l1), joint_name="crank_joint")
     b.add_body("rod", "crank", "revolute", axis=(0, 0, 1), pos=(l1, 0, 0), mass=m2,

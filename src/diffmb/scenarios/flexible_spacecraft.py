@@ -40,10 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..formulations import flexible as fx
-from ..formulations.flexible import frame_modes as fe
-from ..formulations.flexible import modal as md
+from ..formulations.flexible import frame_modes as fe, modal as md
 from .scenario import Scenario, register
-
 
 #: The part of the horizon over which loss ``slew`` judges the pointing (its end).
 SLEW_WINDOW = 0.25
@@ -95,7 +93,7 @@ def _bang_bang(t, f):
     respect to ``t_switch`` see the switch move (a sharp switch moves only when it crosses
     a step of a fixed-step solver, which autodiff cannot see)."""
     ts = f["t_switch"]
-    step = lambda x: 0.5 * (1.0 + jnp.tanh(x / f["ramp"]))  # noqa: E731
+    step = lambda x: 0.5 * (1.0 + jnp.tanh(x / f["ramp"]))
     smooth = f["inertia"] * f["slew_angle"] / ts**2 * (1.0 - 2.0 * step(t - ts) + step(t - 2 * ts))
     sharp = f["torque"] * jnp.where(t < ts, 1.0, jnp.where(t < 2 * ts, -1.0, 0.0))
     return (jnp.where(f["slew_angle"] > 0, smooth, sharp) * f["axis"])[None, :]
@@ -173,7 +171,8 @@ def _four(v, stabilization):
     system = fx.build(
         bodies, speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
         geometric_stiffening=bool(v["geometric_stiffening"]),
-        prescribed_params={"body2": {"A": jnp.asarray(float(v["slew_angle"])), "T": jnp.asarray(float(v["slew_time"]))}},
+        prescribed_params={"body2": {"A": jnp.asarray(float(v["slew_angle"])),
+                                     "T": jnp.asarray(float(v["slew_time"]))}},
         outputs=(("tip4", "body4", "tip"),))
     return system, system.default_params()
 
@@ -186,7 +185,8 @@ register(Scenario(
     defaults={"boom_length": 20.0, "n_elements": 12, "boom_mu": 0.1, "EI_out": 200.0, "EI_in": 320.0,
               "membrane_rho": 0.005, "tip_mass": 0.05, "hub_mass": 100.0, "hub_ixx": 20.0, "hub_izz": 30.0,
               "damping_ratio": 0.005, "torque": 1.0, "t_switch": 30.0, "axis_x": 0.0, "axis_y": 0.0,
-              "axis_z": 1.0, "slew_angle": 0.0, "slew_ramp": 0.5, "speeds": 0.0, "method": 0.0, "geometric_stiffening": 1.0},
+              "axis_z": 1.0, "slew_angle": 0.0, "slew_ramp": 0.5, "speeds": 0.0, "method": 0.0,
+              "geometric_stiffening": 1.0},
     t1=300.0, dt=0.02, solver="rk4",
     losses={"slew": slew_loss},
 ))

@@ -22,10 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp
-from .. import tree
-from ..formulations.udwadia_kalaba import potentials as pot
-from ..formulations.udwadia_kalaba import UKBuilder
+from .. import spatial as sp, tree
+from ..formulations.udwadia_kalaba import UKBuilder, potentials as pot
 from ..model import ModelBuilder
 from ..reconfig import JointSite, Problem
 from ..system import TreeSystem

@@ -46,8 +46,8 @@ from ..origami.fold import load_fold
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
 from ..origami.patterns import miura, scheel
-from .scenario import REGISTRY, Scenario, register, set_anywhere
 from .files import existing
+from .scenario import REGISTRY, Scenario, register, set_anywhere
 
 PAPER = "Fulton & Schaub, Acta Astronautica 2021"
 STABS = ("none", "baumgarte", "projection")

@@ -91,7 +91,7 @@ class Scenario:
         """``t1, dt, solver, rtol, atol``: the given ones over this scenario's defaults.
         The one place run settings are resolved (the CLI, the design tools and ``synth``
         call it); callers validate what they take from users."""
-        pick = lambda v, default: default if v is None else v  # noqa: E731
+        pick = lambda v, default: default if v is None else v
         return dict(t1=float(pick(t1, self.t1)), dt=pick(dt, self.dt), solver=solver or self.solver,
                     rtol=float(pick(rtol, self.rtol)), atol=float(pick(atol, self.atol)))
 

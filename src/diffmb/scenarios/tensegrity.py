@@ -186,7 +186,7 @@ def arm_geometry(L=1.0):
             (8, 12), (8, 13), (13, 5), (5, 14), (5, 15), (15, 1)]
     strings = [(1, 2), (2, 3), (3, 4), (4, 6), (6, 7), (7, 9), (11, 12), (12, 13), (13, 14),
                (14, 15), (15, 16), (16, 1), (1, 5), (5, 8), (8, 10), (9, 11), (6, 13), (3, 15)]
-    to0 = lambda ms: [(i - 1, j - 1) for i, j in ms]  # noqa: E731  (paper numbering -> 0-based)
+    to0 = lambda ms: [(i - 1, j - 1) for i, j in ms]
     return N, to0(bars), to0(strings)
 
 

@@ -119,7 +119,8 @@ def _primitive(pr):
 def triangles(geometry: dict) -> tuple[np.ndarray, np.ndarray]:
     """``(vertices (V, 3), faces (T, 3))`` of one body's surfaces in its own frame."""
     Vs, Fs, base = [], [], 0
-    parts = [_polygon(p) for p in geometry.get("polygons", [])] + [_primitive(p) for p in geometry.get("primitives", [])]
+    parts = ([_polygon(p) for p in geometry.get("polygons", [])]
+             + [_primitive(p) for p in geometry.get("primitives", [])])
     for V, F in parts:
         Vs.append(V)
         Fs.append(F + base)

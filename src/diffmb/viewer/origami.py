@@ -20,7 +20,7 @@ from ..origami.fold import load_fold
 from ..origami.hinges import stop_energy, tape_spring_energy
 from ..scenarios import origami as origami_scenarios
 from .frames import body_poses, hinge_series, world_points
-from .scene import Scene, Quantity, frame_indices
+from .scene import Quantity, Scene, frame_indices
 
 
 def pattern_of(run):

@@ -24,7 +24,8 @@ _BODY = """<div id="view"></div>
 <div id="panel">
   <label>colour by <select id="quantity"></select></label>
   <div id="legend"><div id="legend-name"></div><div id="legend-bar"></div>
-    <div id="legend-ticks"><span id="legend-min"></span><span id="legend-mid"></span><span id="legend-max"></span></div></div>
+    <div id="legend-ticks"><span id="legend-min"></span><span id="legend-mid"></span>
+      <span id="legend-max"></span></div></div>
   <canvas id="plot" width="302" height="110"></canvas>
   <label id="follow-label"><input type="checkbox" id="follow"> follow the hub</label>
   <label id="deflect-label">deflection x <select id="deflect"><option value="1" selected>1</option>

@@ -77,7 +77,8 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     radius = np.broadcast_to(np.asarray(run.params["bar_radius"], float), (n_b,))
     length = np.broadcast_to(np.asarray(run.params["bar_length"], float), (n_b,))
     geometry += [{"polygons": [], "segments": [], "role": "bar", "primitives": [
-        {"type": "cylinder", "size": [max(float(r), 0.006 * spread), float(L)], "pos": [0, 0, 0], "quat": [0, 0, 0, 1]}]}
+        {"type": "cylinder", "size": [max(float(r), 0.006 * spread), float(L)], "pos": [0, 0, 0],
+         "quat": [0, 0, 0, 1]}]}
         for r, L in zip(radius, length)]
     force = member_forces(system, run.params, xs)
     quantities = [Quantity("string tension", "N", "links", force[:, n_b:])]

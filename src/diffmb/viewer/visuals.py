@@ -61,7 +61,8 @@ def urdf_visuals(path) -> dict:
         for vis in link.findall("visual"):
             origin = vis.find("origin")
             pos = _floats(None if origin is None else origin.get("xyz"), 3, [0, 0, 0])
-            R = np.asarray(sp.rpy_dcm(jnp.asarray(_floats(None if origin is None else origin.get("rpy"), 3, [0, 0, 0])))).T
+            rpy = _floats(None if origin is None else origin.get("rpy"), 3, [0, 0, 0])
+            R = np.asarray(sp.rpy_dcm(jnp.asarray(rpy))).T
             geom = vis.find("geometry")
             if geom is None:
                 continue

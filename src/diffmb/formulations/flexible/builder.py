@@ -65,7 +65,8 @@ def build(bodies, *, speeds="efficient", method="recursive", gravity=(0.0, 0.0, 
         pd = dict(b.prescribed or {})
         for d, fn in pd.items():
             if b.joint not in ("revolute", "universal"):
-                raise ValueError(f"{what}: prescribed motion is supported for revolute and Hooke joints, not {b.joint!r}")
+                raise ValueError(f"{what}: prescribed motion is supported for revolute and Hooke joints, "
+                                 f"not {b.joint!r}")
             if not (isinstance(d, int) and 0 <= d < nd):
                 raise ValueError(f"{what}: prescribed dof {d!r} out of range for a {b.joint} joint")
             if not callable(fn):

@@ -209,7 +209,7 @@ def plate_grid(lx, ly, nx, ny, bending_rigidity, areal_density, n_modes, *, name
     xs = np.linspace(-lx / 2, lx / 2, nx + 1)
     ys = np.linspace(-ly / 2, ly / 2, ny + 1)
     hx, hy = lx / nx, ly / ny
-    idx = lambda i, j: i * (ny + 1) + j  # noqa: E731
+    idx = lambda i, j: i * (ny + 1) + j
     nodes = np.array([[x, y, 0.0] for x in xs for y in ys]) + np.asarray(origin, float)
     wx = np.full(nx + 1, hx)
     wx[0] = wx[-1] = hx / 2

@@ -22,7 +22,8 @@ from .speeds import binv, deformation_moment, gyro, qdot_modal, s_from_qdot
 
 
 class FlexibleSystem(System):
-    """A tree of flexible bodies (see module docstring). Build with :func:`~diffmb.formulations.flexible.builder.build`."""
+    """A tree of flexible bodies (see module docstring). Build with
+    :func:`~diffmb.formulations.flexible.builder.build`."""
 
     params0: dict
     parents: tuple = eqx.field(static=True)
@@ -145,7 +146,7 @@ class FlexibleSystem(System):
         th, thd = {}, {}
         for dof, fn in self.pres[i]:
             p = params["prescribed"][self.names[i]]
-            f = lambda tt: fn(tt, p)  # noqa: E731
+            f = lambda tt: fn(tt, p)
             th[dof], thd[dof] = jax.jvp(f, (t,), (jnp.ones_like(t),))
         return th, thd
 

@@ -12,7 +12,6 @@ import numpy as np
 from .cuts import _greedy_partition, _lu_pivot_ratio
 from .system import CutJointSystem
 
-
 FORMULATIONS = ("kane", "dae")
 
 

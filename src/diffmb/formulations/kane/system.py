@@ -14,10 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from ... import closures as cl
-from ... import crba, rnea, tree
-from ... import joints as jt
-from ... import spatial as sp
+from ... import closures as cl, crba, joints as jt, rnea, spatial as sp, tree
 from ...body_frames import BodyFrames, from_kinematics
 from ...closures import ROW_NAMES, LoopClosures, independent_rows
 from ...kinematics import Kinematics, kinematics

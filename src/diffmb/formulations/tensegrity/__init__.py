@@ -40,8 +40,13 @@ Node indices are 0-based in the Python API; the state names follow the paper's 1
 numbering (``x3`` is the x coordinate of the paper's node 3).
 """
 
-from .closed_forms import (closed_form_constraints, closed_form_gravity, closed_form_mass,
-                           closed_form_stiffness, closed_form_string_force)
+from .closed_forms import (
+                           closed_form_constraints,
+                           closed_form_gravity,
+                           closed_form_mass,
+                           closed_form_stiffness,
+                           closed_form_string_force,
+)
 from .forces import NodeForce
 from .structure import Structure, make_structure, prestress_to_equilibrium
 from .system import STABILIZATIONS, TensegritySystem, null_space, taut_stretch

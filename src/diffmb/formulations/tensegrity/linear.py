@@ -46,7 +46,7 @@ def _unforced(params):
 def static_residual(system: TensegritySystem, params, q, lam):
     """``[-dV/dq + R_q^T lambda; R(q)]``: eq. 21 at rest (``qd = qdd = 0``, ``f = 0``)."""
     g = -jax.grad(system.potential)(q, params)
-    R_fn = lambda x: system.residual(x, params)  # noqa: E731
+    R_fn = lambda x: system.residual(x, params)
     Rq = jax.jacfwd(R_fn)(q)
     return jnp.concatenate([g + Rq.T @ lam, R_fn(q)])
 
@@ -100,7 +100,7 @@ def linearize(system: TensegritySystem, params=None, q_eq=None):
     Jq, Jqd, Js, Jp, Jf = jax.jit(jax.jacfwd(xi, argnums=(0, 1, 2, 3, 4)))(q_eq, *zeros)
     Z, I = np.zeros((n3, n3)), np.eye(n3)
     A = np.block([[Z, I], [np.asarray(Jq), np.asarray(Jqd)]])
-    pad = lambda B: np.vstack([np.zeros((n3, B.shape[1])), np.asarray(B)])  # noqa: E731
+    pad = lambda B: np.vstack([np.zeros((n3, B.shape[1])), np.asarray(B)])
     out = {"A": A, "B_sigma": pad(Js), "B_f": pad(Jf), "q_eq": np.asarray(q_eq)}
     if system.compressible:
         out["B_psi"] = pad(Jp)
@@ -232,7 +232,8 @@ def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=
                      inputs="force_densities", outputs="state") -> dict:
     """What ``diffmb linearize`` writes: ``A_shape``, ``eigenvalues`` (of the minimal
     realization, ``[re, im]`` pairs), ``h2_norm``, ``hinf_norm`` (``None`` where infinite:
-    a system that is not asymptotically stable, said in ``norms_infinite_because``) for the chosen ``inputs``/``outputs``
+    a system that is not asymptotically stable, said in ``norms_infinite_because``) for the chosen
+    ``inputs``/``outputs``
     (:func:`io_matrices`; the defaults are the paper's), plus ``minimal_order``,
     ``equilibrium_shift`` (how far the equilibrium lies from the initial nodes) and
     ``compliance_eigenvalues`` (Fig. 19; ``None`` if ``K_sys`` is not positive definite)."""
@@ -252,7 +253,7 @@ def linearize_report(system: TensegritySystem, params=None, *, find_equilibrium=
         comp = None
     ev = np.linalg.eigvals(A)
     ev = ev[np.lexsort((ev.imag, ev.real))]
-    fin = lambda v: None if not math.isfinite(v) else v  # noqa: E731
+    fin = lambda v: None if not math.isfinite(v) else v
     reason = None
     if not (math.isfinite(h2) and math.isfinite(hinf)):
         top = float(np.max(ev.real)) if ev.size else 0.0

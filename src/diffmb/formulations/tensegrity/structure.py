@@ -12,7 +12,6 @@ import numpy as np
 
 from .closed_forms import _connectivity, closed_form_gravity
 
-
 _AXES = "xyz"
 
 

@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...system import System, check_stabilization
-from .structure import Structure, _AXES
-
+from .structure import _AXES, Structure
 
 STABILIZATIONS = ("none", "projection")  # a subset of diffmb.system.STABILIZATIONS
 
@@ -73,7 +72,7 @@ class TensegritySystem(System):
         qd0 = np.zeros(n3) if qd0 is None else np.asarray(qd0, float)
         if qd0.shape != (n3,):
             raise ValueError(f"qd0: expected shape ({n3},), got {qd0.shape}")
-        f64 = lambda a: jnp.asarray(np.asarray(a, float))  # noqa: E731
+        f64 = lambda a: jnp.asarray(np.asarray(a, float))
         self.params0 = {
             "q0": f64(s.q0), "qd0": f64(qd0),
             "bar_mass": f64(s.bar_mass), "bar_radius": f64(s.bar_radius),
@@ -235,7 +234,7 @@ class TensegritySystem(System):
 
     def constraint_terms(self, q, qd, p):
         """``(R, R_q, xi_2)``: eq. 24, eq. 25 and ``xi_2 = [qd^T H_i qd]`` (eq. 20), by JAX."""
-        R_fn = lambda x: self.residual(x, p)  # noqa: E731
+        R_fn = lambda x: self.residual(x, p)
         R = R_fn(q)
         Rq = jax.jacfwd(R_fn)(q)
         xi2 = jax.jvp(lambda x: jax.jvp(R_fn, (x,), (qd,))[1], (q,), (qd,))[1]
@@ -284,7 +283,7 @@ class TensegritySystem(System):
         Z = p["Z_lin"]
         Mr = Z.T @ M @ Z
         Lm = jnp.linalg.cholesky(Mr)
-        solve_m = lambda b: jax.scipy.linalg.cho_solve((Lm, True), b)  # noqa: E731
+        solve_m = lambda b: jax.scipy.linalg.cho_solve((Lm, True), b)
         f = Z.T @ xi1
         if self.compressible or not self.bars:
             return Z @ solve_m(f), jnp.zeros(0, q.dtype)

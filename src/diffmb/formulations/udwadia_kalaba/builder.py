@@ -229,7 +229,7 @@ class UKBuilder:
             jparams[k] = {key: jnp.asarray(np.stack([np.asarray(j.numbers[key], float) for j in js]))
                           for key in js[0].numbers}
         a, bb = baumgarte
-        f64 = lambda v: jnp.asarray(np.asarray(v, float))  # noqa: E731
+        f64 = lambda v: jnp.asarray(np.asarray(v, float))
         mov = [self._bodies[i] for i in moving]
         x0 = np.concatenate([np.concatenate([b.r, b.q]) for b in mov]
                             + [np.concatenate([b.v, np.asarray(quat_rate(jnp.asarray(b.q), jnp.asarray(b.w)))])
@@ -256,7 +256,7 @@ class UKBuilder:
             try:
                 out = jax.eval_shape(lambda x, p, fn=fn: fn(x, p), jnp.asarray(x0[: 7 * len(moving)]),
                                      params["user"][name])
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise ValueError(f"constraint {name!r}: phi(x, p) failed on the initial state: {e}") from None
             if len(out.shape) != 1:
                 raise ValueError(f"constraint {name!r}: phi must return a 1-D array, got shape {out.shape}")
@@ -271,7 +271,8 @@ class UKBuilder:
         for name, fn in user:
             r = np.asarray(fn(params["x0"][: 7 * len(moving)], params["user"][name]))
             if np.max(np.abs(r), initial=0.0) > 1e-6:
-                raise ValueError(f"constraint {name!r}: the initial state violates phi = 0 (max |phi| = {np.max(np.abs(r)):.3g})")
+                raise ValueError(f"constraint {name!r}: the initial state violates phi = 0 "
+                                 f"(max |phi| = {np.max(np.abs(r)):.3g})")
         return system
 
 

@@ -179,7 +179,8 @@ class DipoleDipole(Interaction):
         r = xb - xa
         d2 = jnp.sum(r * r)
         d = jnp.sqrt(d2)
-        u = p["mu0"] / (4 * math.pi) * (jnp.dot(ma, mb) / (d2 * d) - 3.0 * jnp.dot(ma, r) * jnp.dot(mb, r) / (d2 * d2 * d))
+        u = p["mu0"] / (4 * math.pi) * (jnp.dot(ma, mb) / (d2 * d)
+                                        - 3.0 * jnp.dot(ma, r) * jnp.dot(mb, r) / (d2 * d2 * d))
         return p["weight"] * u
 
 

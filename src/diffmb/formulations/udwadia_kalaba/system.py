@@ -173,7 +173,7 @@ class UKSystem(System):
         for kind, names, iB, iC in self.joints:
             jp = params["joints"][kind]
             ib, ic = np.asarray(iB, int), np.asarray(iC, int)
-            fn = lambda xB, vB, xC, vC, p, kind=kind: local_rows(kind, xB, vB, xC, vC, p, self.analytic)  # noqa: E731
+            fn = lambda xB, vB, xC, vC, p, kind=kind: local_rows(kind, xB, vB, xC, vC, p, self.analytic)
             A_B, A_C, b, phi = jax.vmap(fn)(P[ib], Vall[ib], P[ic], Vall[ic], jp)
             act = jp["active"].astype(X.dtype)[:, None]
             A_B, A_C = A_B * act[:, :, None], A_C * act[:, :, None]
@@ -189,7 +189,7 @@ class UKSystem(System):
             p = params["user"][name]
             x = X.reshape(-1)
             v = V.reshape(-1)
-            f = lambda y, fn=fn, p=p: fn(y, p)  # noqa: E731
+            f = lambda y, fn=fn, p=p: fn(y, p)
             J = jax.jacfwd(f)(x)
             curv = jax.jvp(lambda z: jax.jvp(f, (z,), (v,))[1], (x,), (v,))[1]
             As.append(J.reshape(rows, self.n, 7))
