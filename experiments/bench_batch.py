@@ -1,0 +1,241 @@
+"""Benchmark: batched fold sweeps, diffmb beside MuJoCo MJX on the same crease patterns.
+
+For each case (map folds ``n x n``, Miura-ori ``n x n``) and batch size, every engine
+runs the same members (hinge stiffness ``K`` and damping ``c`` drawn at random in the
+ranges below, the rest at the scenario's defaults) for ``--horizon`` seconds at
+``--dt`` with RK4, each engine in a fresh process:
+
+* ``diffmb-f64`` / ``diffmb-f32``: :func:`diffmb.batch.sweep` under Baumgarte (the
+  scenario's gains), chunked as a sweep chunks on this device (CPU: blocks of
+  :data:`diffmb.batch.DEFAULT_CHUNK` members, small products written out; accelerators:
+  the whole batch); ``DIFFMB_FLOAT32=1`` for f32;
+* ``mjx``: the pattern as MJCF (:func:`diffmb.mjcf.to_mjcf`: two ``connect`` equalities
+  per cut crease, hinge springs and dampers on the joints), MJX's default constraint
+  solver (Newton) with MuJoCo's default soft constraints, RK4; per member
+  ``jnt_stiffness`` and ``dof_damping`` set in a vmapped ``mjx.Model``; the whole batch
+  in one ``jit(vmap)`` stepped ``horizon / dt`` times in a ``lax.scan``.
+
+Reported per engine: member-seconds simulated per wall second (``throughput``), compile
+time (first call minus a timed second call), peak memory (host RSS on a CPU; the
+device's peak bytes in use on an accelerator), and the worst closure violation over the
+run (diffmb: its position-level closure residual; MJX: the largest distance between the
+two sites of a ``connect``, sampled every step). Both engines start from the same state.
+
+    python experiments/bench_batch.py                    # CPU defaults (small batches)
+    python experiments/bench_batch.py --cases map2 map4 --batches 1024 4096 --horizon 1
+
+Writes ``out/bench_batch.json`` and prints a table (medians of ``--repeats`` timed runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RANGES = {"map": {"K": (0.005, 0.02), "c": (0.0, 0.01)}, "miura": {"K": (0.005, 0.02), "c": (0.0, 0.01)}}
+#: CPU batch per case (a 2-core laptop finishes the whole table in minutes)
+CPU_BATCH = {"map2": 64, "map4": 16, "map6": 8, "map10": 2, "miura5": 8}
+ENGINES = ("diffmb-f64", "diffmb-f32", "mjx")
+
+
+def _case(name):
+    kind = "miura" if name.startswith("miura") else "map"
+    return kind, int(name[len(kind):])
+
+
+def _members(kind, n, batch, seed=0):
+    from diffmb.batch import member_values
+
+    return member_values(RANGES[kind], {"rows": float(n), "cols": float(n)}, batch, sample="random", seed=seed)
+
+
+def _scenario(kind):
+    from diffmb.scenarios import get
+
+    return get("map-fold" if kind == "map" else "miura")
+
+
+def _peak_memory_mb():
+    import resource
+
+    import jax
+
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        stats = dev.memory_stats() or {}
+        return stats.get("peak_bytes_in_use", 0) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker_diffmb(case, batch, horizon, dt, repeats):
+    import jax
+    import numpy as np
+
+    from diffmb.batch import scenario_batch, sweep
+
+    kind, n = _case(case)
+    members = _members(kind, n, batch)
+    system, params = scenario_batch(_scenario(kind), members, "baumgarte")
+    walls, compile_s, res = [], None, None
+    for _ in range(repeats + 1):
+        res = sweep(system, params, t1=horizon, dt=dt, solver="rk4", saveat=11, members=members,
+                    max_violation=None)
+        if compile_s is None:
+            compile_s = res.compile_s
+        else:
+            walls.append(res.wall_s)
+    wall = statistics.median(walls)
+    statuses = res.status_counts
+    return {"case": case, "batch": batch, "nv": system.model.nv, "dtype": str(jax.numpy.zeros(()).dtype),
+            "device": str(jax.devices()[0]), "compile_s": compile_s, "wall_s": wall,
+            "throughput": batch * horizon / wall, "peak_mb": _peak_memory_mb(),
+            "violation": float(np.nanmax(res.table["max_violation"])), "statuses": statuses}
+
+
+def worker_mjx(case, batch, horizon, dt, repeats):
+    import jax
+    import jax.numpy as jnp
+    import mujoco
+    import numpy as np
+    from mujoco import mjx
+
+    from diffmb.batch import scenario_batch
+    from diffmb.mjcf import to_mjcf, to_mujoco_state
+
+    kind, n = _case(case)
+    members = _members(kind, n, batch)
+    system, params = scenario_batch(_scenario(kind), members, "none")
+    model = system.model
+    m = mujoco.MjModel.from_xml_string(to_mjcf(model, system.closures, timestep=dt, integrator="RK4"))
+    m.opt.enableflags &= ~int(mujoco.mjtEnableBit.mjENBL_ENERGY)  # MJX computes no energy
+    K = np.asarray(params["model"].stiffness)
+    C = np.asarray(params["model"].damping)
+    jid, dof, src = [], [], []
+    for i, kind_i in enumerate(model.joint_kinds):
+        if kind_i in ("revolute", "prismatic"):
+            j = m.joint(model.joint_names[model.body_joint[i]]).id
+            jid.append(j), dof.append(int(m.jnt_dofadr[j])), src.append(model.body_slices[i][0])
+    jid, dof, src = (np.asarray(x) for x in (jid, dof, src))
+    mx = mjx.put_model(m)
+    stiff = jnp.asarray(np.repeat(np.asarray(m.jnt_stiffness)[None], batch, 0)).at[:, jid].set(K[:, src])
+    damp = jnp.asarray(np.repeat(np.asarray(m.dof_damping)[None], batch, 0)).at[:, dof].set(C[:, src])
+    models = jax.vmap(lambda k, c: mx.replace(jnt_stiffness=k, dof_damping=c))(stiff, damp)
+    qpos, qvel = to_mujoco_state(model, np.asarray(params["q0"][0]))
+    d0 = mjx.make_data(mx).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel))
+    d0 = mjx.forward(mx, d0)
+    datas = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
+    a, b = np.asarray(m.eq_obj1id), np.asarray(m.eq_obj2id)
+    steps = max(1, round(horizon / dt))
+
+    def run(models, datas):
+        def body(carry, _):
+            d, worst = carry
+            d = jax.vmap(mjx.step)(models, d)
+            gap = jnp.linalg.norm(d.site_xpos[:, a] - d.site_xpos[:, b], axis=-1)
+            return (d, jnp.maximum(worst, jnp.max(gap, axis=-1))), None
+
+        (d, worst), _ = jax.lax.scan(body, (datas, jnp.zeros(batch, d0.qpos.dtype)), None, length=steps)
+        return d.qpos, worst
+
+    program = jax.jit(run)
+    tic = time.perf_counter()
+    jax.block_until_ready(program(models, datas))
+    first = time.perf_counter() - tic
+    walls = []
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        qpos, worst = jax.block_until_ready(program(models, datas))
+        walls.append(time.perf_counter() - tic)
+    wall = statistics.median(walls)
+    finite = bool(np.all(np.isfinite(np.asarray(qpos))))
+    return {"case": case, "batch": batch, "nv": int(m.nv), "equalities": int(m.neq),
+            "dtype": str(d0.qpos.dtype), "device": str(jax.devices()[0]), "integrator": "RK4",
+            "solver": "Newton", "compile_s": first - wall, "wall_s": wall,
+            "throughput": batch * horizon / wall, "peak_mb": _peak_memory_mb(),
+            "violation": float(np.max(np.asarray(worst))), "finite": finite}
+
+
+def _spawn(engine, case, batch, args):
+    env = dict(os.environ)
+    env.pop("DIFFMB_FLOAT32", None)
+    if engine == "diffmb-f32":
+        env["DIFFMB_FLOAT32"] = "1"
+    job = {"engine": engine, "case": case, "batch": batch, "horizon": args.horizon, "dt": args.dt,
+           "repeats": args.repeats}
+    out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True,
+                         text=True, cwd=ROOT, env=env, timeout=args.timeout)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"engine": engine, "case": case, "batch": batch,
+                "error": (out.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+    return {"engine": engine, **json.loads(lines[-1])}
+
+
+def _pressure():
+    try:
+        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return None
+
+
+def print_table(rows):
+    hdr = (f"{'case':>7} {'batch':>6} {'engine':>11} {'member-s/s':>11} {'compile s':>9} "
+           f"{'peak MB':>8} {'violation':>10}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        if "error" in r:
+            print(f"{r['case']:>7} {r['batch']:>6} {r['engine']:>11}  error: {r['error']}")
+            continue
+        print(f"{r['case']:>7} {r['batch']:>6} {r['engine']:>11} {r['throughput']:>11.3g} "
+              f"{r['compile_s']:>9.1f} {r['peak_mb']:>8.0f} {r['violation']:>10.2e}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", default=list(CPU_BATCH),
+                    help="map<n> or miura<n>, e.g. map2 map4 map6 map10 miura5")
+    ap.add_argument("--batches", type=int, nargs="*", default=None,
+                    help="batch sizes for every case (default: CPU_BATCH per case)")
+    ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    ap.add_argument("--horizon", type=float, default=1.0, help="simulated seconds")
+    ap.add_argument("--dt", type=float, default=1e-3)
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs after the compiling one")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per engine and case")
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_batch.json")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        job = json.loads(args.worker)
+        fn = worker_mjx if job["engine"] == "mjx" else worker_diffmb
+        print(json.dumps(fn(job["case"], job["batch"], job["horizon"], job["dt"], job["repeats"])))
+        return
+    rows = []
+    for case in args.cases:
+        for batch in args.batches or [CPU_BATCH.get(case, 8)]:
+            for engine in args.engines:
+                pressure = _pressure()
+                r = _spawn(engine, case, batch, args)
+                r["cpu_pressure_before"] = pressure
+                rows.append(r)
+                print_table([r])
+                sys.stdout.flush()
+    print()
+    print_table(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "horizon": args.horizon, "dt": args.dt, "repeats": args.repeats}
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
