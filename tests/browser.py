@@ -5,7 +5,8 @@ Marionette server: no geckodriver), the last two on a private Xvfb display.
 
 ``chromium_available()`` / ``webkit_available()`` / ``firefox_available()`` say whether a
 browser is installed; ``browser()`` / ``webkit()`` / ``firefox()`` yield a driver;
-``open_page(drv, path)`` opens a page and returns once the viewer has drawn its first frame.
+``open_page(drv, path)`` opens a page and returns once the viewer has drawn its first frame;
+``first_frame`` and ``scrub_to_end`` are the checks every engine's test makes of a page.
 """
 
 from __future__ import annotations
@@ -235,3 +236,49 @@ def instrumented(path) -> Path:
 
 def recorded_errors(drv) -> list:
     return list(drv.execute_script("return window.__diffmbErrors || ['no recorder in the page']"))
+
+
+SHOTS = Path(__file__).resolve().parents[1] / "out" / "viewer-tests"
+BACKGROUND = (238, 240, 243)
+
+
+def text(drv, id_) -> str:
+    return drv.execute_script(f"return document.getElementById('{id_}').textContent")
+
+
+def first_frame(drv, sc, shot: str):
+    """The opened page of scene ``sc``: loaded nothing (offline), drew a picture that is
+    not blank, reads out time 0 and the first quantity's name; its pixels, and a
+    screenshot ``out/viewer-tests/<shot>_start.png``."""
+    import numpy as np
+
+    assert drv.execute_script("return performance.getEntriesByType('resource').map(e => e.name)") == []
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    start = canvas_pixels(drv)
+    drv.save_screenshot(str(SHOTS / f"{shot}_start.png"))
+    drawn = np.any(np.abs(start[..., :3].astype(int) - np.array(BACKGROUND)) > 8, axis=-1)
+    assert drawn.mean() > 0.02, "the canvas is (nearly) blank"
+    assert len(np.unique(start[..., :3].reshape(-1, 3), axis=0)) > 20
+    t1 = float(sc.times[-1])
+    assert text(drv, "time-readout") == f"t = 0.000 s / {t1:.3f} s"
+    q = sc.quantities[0]
+    assert text(drv, "legend-name") == f"{q.name} [{q.unit}]"
+    return start
+
+
+def scrub_to_end(drv, sc, shot: str, start):
+    """Move the time slider to the end: the read-out says the last time and the picture
+    changed from ``start``; the pixels, and a screenshot ``<shot>_end.png``."""
+    import numpy as np
+
+    t1 = float(sc.times[-1])
+    before = drv.execute_script("return window.diffmbViewer.renders")
+    drv.execute_script("const s = document.getElementById('slider'); s.value = s.max;"
+                       "s.dispatchEvent(new Event('input'));")
+    wait_rendered(drv, before)
+    assert text(drv, "time-readout") == f"t = {t1:.3f} s / {t1:.3f} s"
+    end = canvas_pixels(drv)
+    drv.save_screenshot(str(SHOTS / f"{shot}_end.png"))
+    changed = float(np.mean(np.any(start[..., :3] != end[..., :3], axis=-1)))
+    assert changed > 0.003, "scrubbing to the end did not change the picture"
+    return end

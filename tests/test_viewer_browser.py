@@ -9,12 +9,21 @@ Screenshots go to ``out/viewer-tests/`` for a human to look at."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from browser import canvas_pixels, chromium_available, console_errors, open_page, wait_rendered
+from browser import (
+    SHOTS,
+    canvas_pixels,
+    chromium_available,
+    console_errors,
+    first_frame,
+    open_page,
+    scrub_to_end,
+    text as _text,
+    wait_rendered,
+)
 from diffmb.viewer import saved, scene_of
 from diffmb.viewer.page import write
 from robots import robot_urdfs
@@ -23,8 +32,6 @@ from viewer_runs import arm_run, fold_run, robot_run, sail_run, tbar_run
 pytestmark = pytest.mark.skipif(not chromium_available(), reason="chromium / chromedriver not installed "
                                 "(.ci/run installs them)")
 
-SHOTS = Path(__file__).resolve().parents[1] / "out" / "viewer-tests"
-BACKGROUND = np.array([238, 240, 243])
 
 
 RUNS = {"fold-4panel": lambda d: fold_run(d / "fold-4panel.npz"), "arm": arm_run,
@@ -54,10 +61,6 @@ def drv():
         yield d
 
 
-def _text(drv, id_):
-    return drv.execute_script(f"return document.getElementById('{id_}').textContent")
-
-
 def _changed(a, b) -> float:
     return float(np.mean(np.any(a[..., :3] != b[..., :3], axis=-1)))
 
@@ -80,32 +83,16 @@ def _shown(x: float) -> float:
 def test_page_draws_scrubs_and_reads_out(pages, drv, name):
     path, sc = pages[name]
     open_page(drv, path)
-    SHOTS.mkdir(parents=True, exist_ok=True)
     assert console_errors(drv) == []
-    assert drv.execute_script("return performance.getEntriesByType('resource').map(e => e.name)") == []  # offline
-    start = canvas_pixels(drv)
-    drv.save_screenshot(str(SHOTS / f"{name}_start.png"))
-    drawn = np.any(np.abs(start[..., :3].astype(int) - BACKGROUND) > 8, axis=-1)
-    assert drawn.mean() > 0.02, "the canvas is (nearly) blank"
-    assert len(np.unique(start[..., :3].reshape(-1, 3), axis=0)) > 20
-    t1 = float(sc.times[-1])
-    assert _text(drv, "time-readout") == f"t = 0.000 s / {t1:.3f} s"
+    start = first_frame(drv, sc, name)
     q = sc.quantities[0]
-    assert _text(drv, "legend-name") == f"{q.name} [{q.unit}]"
     vals = q.values[np.isfinite(q.values)].astype(np.float32)
     m = float(np.abs(vals).max()) if q.signed else float(vals.max())
     lo = -m if q.signed else float(vals.min())
     assert float(_text(drv, "legend-max")) == pytest.approx(_shown(m), rel=1e-6)
     assert float(_text(drv, "legend-min")) == pytest.approx(_shown(lo), rel=1e-6)
 
-    before = drv.execute_script("return window.diffmbViewer.renders")
-    drv.execute_script("const s = document.getElementById('slider'); s.value = s.max;"
-                       "s.dispatchEvent(new Event('input'));")
-    wait_rendered(drv, before)
-    assert _text(drv, "time-readout") == f"t = {t1:.3f} s / {t1:.3f} s"
-    end = canvas_pixels(drv)
-    drv.save_screenshot(str(SHOTS / f"{name}_end.png"))
-    assert _changed(start, end) > 0.003, "scrubbing to the end did not change the picture"
+    scrub_to_end(drv, sc, name, start)
     assert console_errors(drv) == []
 
 
