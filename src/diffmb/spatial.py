@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 
+import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 
@@ -81,6 +83,16 @@ def written_out(on: bool = True):
 def contraction_form() -> str:
     """The form the small products are traced in now: ``"reduce"`` or ``"written"``."""
     return _FORM.get()
+
+
+def jit_per_form(fn):
+    """``eqx.filter_jit(fn)`` with one program per :func:`contraction_form`: a jit called
+    inside another trace (the vector field inside a solver's step) reuses its traced jaxpr
+    for the same arguments, whatever form is current, so the form is passed as a static key.
+    Without it a process that first traced one state would run its batches in that form,
+    and a sweep's numbers would depend on what the process did before."""
+    jitted = eqx.filter_jit(lambda form, *args: fn(*args))
+    return functools.wraps(fn)(lambda *args: jitted(contraction_form(), *args))
 
 
 def _short(n):

@@ -387,7 +387,7 @@ class TreeSystem(System):
         return self.model.coordinate_names + self.model.velocity_names
 
 
-@eqx.filter_jit
+@sp.jit_per_form
 def _jitted_state_derivative(system, t, x, params):
     return system.state_derivative(t, x, params)
 

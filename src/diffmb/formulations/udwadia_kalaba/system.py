@@ -458,6 +458,6 @@ class UKSystem(System):
         return h <= 1e-6 * rad
 
 
-@eqx.filter_jit
+@sp.jit_per_form
 def _uk_project(system, x, params):
     return system._project(x, params)
