@@ -115,7 +115,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     rows = [r for r in rows if r["wall_s"] or r["compiles"]]
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(sorted(rows, key=lambda r: -r["wall_s"]), indent=1))
+        Path(path).write_text(json.dumps({"tests": sorted(rows, key=lambda r: -r["wall_s"]),
+                                          "functions": _by_function}, indent=1))
     if not n or not rows:
         return
     tr = terminalreporter

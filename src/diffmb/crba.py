@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import spatial as sp, treescan
+from .kinematics import kinematics
 from .layout import layout
 
 
@@ -33,3 +34,10 @@ def mass_matrix(model, ws):
     support = jnp.asarray(lay.dof_support)
     zero = jnp.zeros((), full.dtype)
     return jnp.where(support, full, jnp.where(support.T, full.T, zero)) + jnp.diag(model.armature)
+
+
+@sp.jit_per_form
+def mass_matrix_at(model, q):
+    """``M(q)``: the workspace at ``q`` and the CRBA, one jit per model structure (a build
+    check or a loop of eager calls compiles it once, not op by op)."""
+    return mass_matrix(model, kinematics(model, q))

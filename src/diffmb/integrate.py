@@ -96,6 +96,12 @@ class _SnapInterpolation(dfx.AbstractLocalInterpolation):
         return jnp.where(jump, jnp.where(at_end, self.y1, y), y + s * d)
 
 
+#: ``system.project`` through one inner jit per structure (and form): a run calls it at
+#: every step and at the save points, and diffrax traces a step several times (its
+#: output structure, the first step, the loop); the jit traces the projection once.
+_project = spatial.jit_per_form(lambda system, x, params: system.project(x, params))
+
+
 class ProjectedSolver(dfx.AbstractWrappedSolver):
     """Wrap a diffrax solver so ``system.project`` is applied to every step's result.
 
@@ -146,7 +152,7 @@ class ProjectedSolver(dfx.AbstractWrappedSolver):
         y1, err, dense, state, result = self.solver.step(
             terms, t0, t1, y0, args, solver_state, True
         )
-        y1p = self.system.project(y1, args)
+        y1p = _project(self.system, y1, args)
         return y1p, err, dict(dense, projected=y1p), state, result
 
     def func(self, terms, t0, y0, args):
@@ -524,7 +530,7 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         # projected step ends already)
         # (lax.map, not vmap: a vmapped batch of projections deadlocked XLA's CPU runtime
         # intermittently on a repeated call; one projection per save point is cheap)
-        safe_xs = jax.lax.map(lambda x: system.project(x, params), safe_xs)
+        safe_xs = jax.lax.map(lambda x: _project(system, x, params), safe_xs)
         xs = jnp.where(valid[:, None], safe_xs, xs)
     nan = jnp.asarray(jnp.nan, xs.dtype)
     return Trajectory(

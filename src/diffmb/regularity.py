@@ -33,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import crba
-from .kinematics import kinematics
 
 #: ``M`` is singular where an eigenvalue (or a joint's subtree inertia ``M_jj``) is at
 #: most this fraction of the model's inertia scale ``max_i M_ii`` (module docstring).
@@ -48,9 +47,9 @@ class SingularPoseWarning(UserWarning):
 
 
 def mass_matrix(model, q):
-    """``M(q)`` from the workspace and the CRBA (not :func:`diffmb.tree.mass_matrix`, which
+    """``M(q)`` (:func:`diffmb.crba.mass_matrix_at`; not :func:`diffmb.tree.mass_matrix`, which
     imports the model module that calls this check: no cycle)."""
-    return crba.mass_matrix(model, kinematics(model, jnp.asarray(q, float)))
+    return crba.mass_matrix_at(model, jnp.asarray(q, float))
 
 
 def generic_poses(model) -> list:

@@ -58,11 +58,15 @@ def forward_kinematics(model: Model, q, qd=None):
     body origins in world coordinates — and, when ``qd`` is given, ``vel (N, 6)``: the
     body spatial velocities ``[omega; v]`` in body coordinates.
     """
-    q = _vec(model, q, "q")
+    return _forward_kinematics(model, _vec(model, q, "q"), None if qd is None else _vec(model, qd, "qd"))
+
+
+@sp.jit_per_form
+def _forward_kinematics(model, q, qd):
     if qd is None:
         ws = kinematics(model, q)
         return ws.rot, ws.pos
-    ws = kinematics(model, q, _vec(model, qd, "qd"))
+    ws = kinematics(model, q, qd)
     return ws.rot, ws.pos, body_velocities(ws)
 
 
@@ -107,8 +111,33 @@ def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "ab
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    q, qd, tau = _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, tau, "tau")
-    f_ext = _fext(model, f_ext)
+    return _forward_dynamics(model, _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, tau, "tau"),
+                             _fext(model, f_ext), backend)
+
+
+def inverse_dynamics(model: Model, q, qd, qdd, f_ext=None):
+    """Recursive Newton-Euler (Featherstone table 5.1): ``tau`` for given ``qdd``."""
+    return _inverse_dynamics(model, _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, qdd, "qdd"),
+                             _fext(model, f_ext))
+
+
+def bias_forces(model: Model, q, qd, f_ext=None):
+    """``C(q, qd)`` of eq. (8): Coriolis, centrifugal, gravity (and ``-f_ext``) terms."""
+    return _bias_forces(model, _vec(model, q, "q"), _vec(model, qd, "qd"), _fext(model, f_ext))
+
+
+def mass_matrix(model: Model, q):
+    """Composite-rigid-body algorithm (Featherstone table 6.2): ``M(q)``, public order."""
+    return crba.mass_matrix_at(model, _vec(model, q, "q"))
+
+
+# The algorithms behind the entry points above, one jit each (per model structure and
+# contraction form): a loop of eager calls compiles each once, not its level scans at
+# every call, and inside a caller's trace they inline as any function would.
+
+
+@sp.jit_per_form
+def _forward_dynamics(model, q, qd, tau, f_ext, backend):
     ws = kinematics(model, q, qd)
     if backend == "aba":
         return aba.forward_dynamics(model, ws, tau, f_ext)
@@ -117,22 +146,14 @@ def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "ab
     return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
 
 
-def inverse_dynamics(model: Model, q, qd, qdd, f_ext=None):
-    """Recursive Newton-Euler (Featherstone table 5.1): ``tau`` for given ``qdd``."""
-    q, qd, qdd = _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, qdd, "qdd")
-    return rnea.inverse_dynamics(model, kinematics(model, q, qd), qdd, _fext(model, f_ext))
+@sp.jit_per_form
+def _inverse_dynamics(model, q, qd, qdd, f_ext):
+    return rnea.inverse_dynamics(model, kinematics(model, q, qd), qdd, f_ext)
 
 
-def bias_forces(model: Model, q, qd, f_ext=None):
-    """``C(q, qd)`` of eq. (8): Coriolis, centrifugal, gravity (and ``-f_ext``) terms."""
-    q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
-    return rnea.bias_forces(model, kinematics(model, q, qd), _fext(model, f_ext))
-
-
-def mass_matrix(model: Model, q):
-    """Composite-rigid-body algorithm (Featherstone table 6.2): ``M(q)``, public order."""
-    q = _vec(model, q, "q")
-    return crba.mass_matrix(model, kinematics(model, q))
+@sp.jit_per_form
+def _bias_forces(model, q, qd, f_ext):
+    return rnea.bias_forces(model, kinematics(model, q, qd), f_ext)
 
 
 # --------------------------------------------------------------- energy, momentum
