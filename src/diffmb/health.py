@@ -26,6 +26,7 @@ has ``h = 0`` throughout, up to round-off.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -68,6 +69,11 @@ def largest_jump(q, valid, natural=None, *, rel=REL):
     return jnp.max(jnp.where(big, d / jnp.where(scale > 0, scale, 1.0), 0.0))
 
 
+#: :func:`flagged` as one program per series shape: the CLI checks every run on the host,
+#: and op by op that compiled some thirty small programs per new length
+_flagged_jit = jax.jit(flagged, static_argnames=("rel",))
+
+
 def jumps(ts, q, *, natural=None, rel=REL) -> list[dict]:
     """Save intervals where the scalar or vector series ``q(ts)`` jumps (see module doc);
     ``natural``: the series of its natural scale, if known. Rows with a non-finite time,
@@ -84,7 +90,7 @@ def jumps(ts, q, *, natural=None, rel=REL) -> list[dict]:
     ts, q, s = ts[ok], q[ok], s[ok]
     if len(ts) < 2:
         return []
-    d, big, scale = (np.asarray(a) for a in flagged(q, np.ones(len(ts), bool),
+    d, big, scale = (np.asarray(a) for a in _flagged_jit(q, np.ones(len(ts), bool),
                                                     None if natural is None else s, rel=rel))
     idx = np.flatnonzero(big)
     idx = idx[np.argsort(-d[idx])][:5]
