@@ -140,7 +140,7 @@ def test_energy_conserved_with_tape_springs_and_stops():
 
 def test_cli_animate_writes_gif(tmp_path, capsys):
     out = tmp_path / "runs"
-    rc = cli.main(["run", "fold-4panel", "--t1", "0.05", "--dt", "1e-3", "--out", str(out),
+    rc = cli.main(["run", "fold-4panel", "--t1", "0.015", "--dt", "1e-3", "--out", str(out),
                    "--no-plot", "--quiet", "--animate", "--set", "stop=3.5"])
     assert rc == 0
     gif = out / "fold-4panel.gif"
