@@ -99,7 +99,9 @@ class _SnapInterpolation(dfx.AbstractLocalInterpolation):
 #: ``system.project`` through one inner jit per structure (and form): a run calls it at
 #: every step and at the save points, and diffrax traces a step several times (its
 #: output structure, the first step, the loop); the jit traces the projection once.
-_project = spatial.jit_per_form(lambda system, x, params: system.project(x, params))
+@spatial.jit_per_form
+def _project(system, x, params):
+    return system.project(x, params)
 
 
 class ProjectedSolver(dfx.AbstractWrappedSolver):

@@ -91,7 +91,11 @@ def jit_per_form(fn):
     for the same arguments, whatever form is current, so the form is passed as a static key.
     Without it a process that first traced one state would run its batches in that form,
     and a sweep's numbers would depend on what the process did before."""
-    jitted = eqx.filter_jit(lambda form, *args: fn(*args))
+    def keyed(form, *args):
+        return fn(*args)
+
+    keyed.__name__ = keyed.__qualname__ = fn.__name__  # the compile report's name for it
+    jitted = eqx.filter_jit(keyed)
     return functools.wraps(fn)(lambda *args: jitted(contraction_form(), *args))
 
 
