@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_pressure
+
 ROOT = Path(__file__).resolve().parents[1]
 RANGES = {"map": {"K": (0.005, 0.02), "c": (0.0, 0.01)}, "miura": {"K": (0.005, 0.02), "c": (0.0, 0.01)}}
 #: CPU batch per case (a 2-core laptop finishes the whole table in minutes)
@@ -179,13 +181,6 @@ def _spawn(engine, case, batch, args):
     return {"engine": engine, **json.loads(lines[-1])}
 
 
-def _pressure():
-    try:
-        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return None
-
-
 def print_table(rows):
     hdr = (f"{'case':>7} {'batch':>6} {'engine':>11} {'member-s/s':>11} {'compile s':>9} "
            f"{'peak MB':>8} {'violation':>10}")
@@ -222,7 +217,7 @@ def main(argv=None):
     for case in args.cases:
         for batch in args.batches or [CPU_BATCH.get(case, 8)]:
             for engine in args.engines:
-                pressure = _pressure()
+                pressure = cpu_pressure()
                 r = _spawn(engine, case, batch, args)
                 r["cpu_pressure_before"] = pressure
                 rows.append(r)

@@ -29,14 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from machine import cpu_pressure
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pressure() -> str:
-    try:
-        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return "n/a"
 
 
 def library(n, stab, horizon):
@@ -67,7 +62,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_cli.json")
     args = ap.parse_args(argv)
-    rows, pressure = [], [_pressure()]
+    rows, pressure = [], [(cpu_pressure() or "n/a")]
     for n in args.sizes:
         for stab in args.stabilizations:
             lib, com = [], []
@@ -85,7 +80,7 @@ def main(argv=None):
             print(f"map {n}x{n} {stab:10s} library {row['library_us_per_step']:8.0f} us/step "
                   f"(compile {row['library_compile_s']:.1f} s)  cli {row['cli_us_per_step']:8.0f} us/step "
                   f"(compile {row['cli_compile_s']:.1f} s)  ratio {row['ratio']:.2f}", flush=True)
-    pressure.append(_pressure())
+    pressure.append((cpu_pressure() or "n/a"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"horizon": args.horizon, "dt": 1e-3, "solver": "rk4",
                                     "cpu_pressure": pressure, "rows": rows}, indent=1))

@@ -45,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_pressure
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("inproc-pinned", "inproc", "1w-pinned", "1w", "2w", "2w-pinned")
 WORKERS = {"1w-pinned": ["0"], "1w": [None], "2w": [None, None], "2w-pinned": ["0", "1"]}
@@ -52,13 +54,6 @@ WORKERS = {"1w-pinned": ["0"], "1w": [None], "2w": [None, None], "2w-pinned": ["
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-def pressure():
-    try:
-        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return None
 
 
 def case(args):
@@ -180,7 +175,7 @@ def main():
     modes = {}
     for mode in args.modes:
         log(f"{mode} ...")
-        before = pressure()
+        before = cpu_pressure()
         if mode.startswith("inproc"):
             r = run_inprocess(args, mode == "inproc-pinned")
             times = r["walls_s"]
@@ -189,7 +184,7 @@ def main():
             times = r["elapsed_s"]
         med = statistics.median(times)
         modes[mode] = {**r, "median_s": med, "member_s_per_s": member_s / med, "pressure_before": before,
-                       "pressure_after": pressure()}
+                       "pressure_after": cpu_pressure()}
         log(f"  {mode}: median {med:.3f} s, {member_s / med:.4g} member-s/s")
     chunks = -(-args.batch // args.chunk)
     for mode, base in (("1w-pinned", "inproc-pinned"), ("1w", "inproc"), ("2w-pinned", "inproc-pinned")):

@@ -35,6 +35,7 @@ from diffmb.fit import fit, synth
 from diffmb.mujoco_record import mujoco_record
 from diffmb.records import Record
 from diffmb.sensors import read_sensors
+from machine import cpu_pressure
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("mujoco", "tape", "records")
@@ -100,8 +101,7 @@ def main():
     system, _, _ = scenarios.get("fold-4panel").make({}, None)
     sensors = read_sensors(ROOT / "examples" / "fold4_sensors.json", system)
     out = {"machine": platform.processor() or platform.machine(),
-           "cpu_pressure": Path("/proc/pressure/cpu").read_text().splitlines()[0]
-           if Path("/proc/pressure/cpu").exists() else None, "cases": {}}
+           "cpu_pressure": cpu_pressure(), "cases": {}}
     rows = []
     for name in args.cases:
         res, true, extra = globals()[f"case_{name}"](sensors)

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from machine import cpu_pressure_avg10
+
 CHILD = """
 import json, sys, statistics
 from diffmb.batch import sweep_scenario
@@ -36,14 +38,6 @@ print(json.dumps({"walls": walls, "median_s": statistics.median(walls), "compile
 """
 
 
-def pressure():
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-        return float(line.split("avg10=")[1].split()[0])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=64)
@@ -54,12 +48,12 @@ def main():
     for solver, stab, batch in (("default", "default", args.batch), ("rk4", "baumgarte", max(args.batch // 4, 1))):
         for f32 in (True, False):
             env = {**os.environ, "DIFFMB_FLOAT32": "1" if f32 else "0"}
-            before = pressure()
+            before = cpu_pressure_avg10()
             p = subprocess.run([sys.executable, "-c", CHILD, str(batch), str(args.t1), solver, stab],
                                env=env, capture_output=True, text=True, check=True)
             r = json.loads(p.stdout.strip().splitlines()[-1])
             r.update(case=f"{solver}/{stab}", batch=batch, float32=f32, pressure_before=before,
-                     pressure_after=pressure(), member_s_per_s=batch * args.t1 / r["median_s"])
+                     pressure_after=cpu_pressure_avg10(), member_s_per_s=batch * args.t1 / r["median_s"])
             out.append(r)
             print(f"{r['case']:18s} batch {batch:3d} {'float32' if f32 else 'float64'}: "
                   f"median {r['median_s']:.3f} s of {['%.3f' % w for w in r['walls']]} "
