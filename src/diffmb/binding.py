@@ -109,7 +109,7 @@ def bind(scenario, names, overrides=None, stabilization=None, *, rtol: float = 1
         raise ValueError(f"parameters listed twice: {', '.join(names)}")
     values = scenario.resolve(overrides)
     system, base, _ = scenario.make(overrides, stabilization)
-    stab = getattr(system, "stabilization", stabilization or scenario.stabilization)
+    stab = system.stabilization
     v0, dirs, probes = {}, {}, {}
     for name in names:
         if name in scenario.defaults:
@@ -200,7 +200,7 @@ def build_batch(scenario, members, stabilization=None):
     Returns ``(system, params_batch)`` with a leading batch axis on every array leaf.
     """
     system, base, _ = scenario.make(members[0], stabilization)
-    stab = getattr(system, "stabilization", stabilization)
+    stab = system.stabilization
     ps = [base]
     for i, m in enumerate(members[1:], start=1):
         _, p, _ = scenario.make(m, stab)

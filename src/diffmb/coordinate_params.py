@@ -83,7 +83,10 @@ def _locate(name: str, system, params) -> tuple:
         raise ValueError(f"parameter {name!r}: this system has no {head!r} hinge model")
     if key not in forcing[head]:
         raise ValueError(f"parameter {name!r}: no {head} field {key!r}; fields: {', '.join(forcing[head])}")
-    hinges = [names[i] for i in getattr(getattr(system, "tau_fn", None), "indices", ())]
+    hinges = list(system.coordinate_roles.get("hinge", ()))
+    if jnp.shape(forcing[head][key]) != (len(hinges),):
+        raise ValueError(f"parameter {name!r}: {head} field {key!r} is not one value per hinge "
+                         f"({len(hinges)} hinges: {', '.join(hinges)})")
     if coord not in hinges:
         raise ValueError(f"parameter {name!r}: no hinge {coord!r}; hinges: {', '.join(hinges)}")
     return ("forcing", head, key), hinges.index(coord)

@@ -57,10 +57,19 @@ class Data:
         return np.array([list(state_names).index(n) for n in self.names], dtype=int)
 
 
+def state_tree(system):
+    """The tree :class:`~diffmb.model.Model` whose ``[q; qd]`` is exactly ``system``'s
+    state (a :class:`~diffmb.system.TreeSystem`), else ``None``."""
+    models = system.tree_models
+    if len(models) == 1 and tuple(system.state_names) == models[0].coordinate_names + models[0].velocity_names:
+        return models[0]
+    return None
+
+
 def unit_kinds(system) -> dict:
     """``{state name: kind}`` (length / angle / none and their rates) where known."""
-    model = getattr(system, "model", None)
-    if model is None or not hasattr(model, "joint_kinds"):
+    model = state_tree(system)
+    if model is None:
         return {}
     per = {"revolute": ("angle",), "prismatic": ("length",), "universal": ("angle", "angle"),
            "spherical": ("none",) * 3, "free": ("none",) * 3 + ("length",) * 3}

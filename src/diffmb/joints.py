@@ -32,6 +32,12 @@ KINDS = tuple(NV) + ("fixed",)
 MRP_KINDS = ("spherical", "free")
 
 
+def mrp_starts(model, offset: int = 0) -> tuple:
+    """Coordinate index (plus ``offset``) of each MRP attitude triple of ``model``: the
+    first three coordinates of its spherical and free joints."""
+    return tuple(offset + s for (s, _), k in zip(model.body_slices, model.joint_kinds) if k in MRP_KINDS)
+
+
 def transform(kind, axis, axis2, q):
     dt = q.dtype
     if kind == "revolute":

@@ -370,8 +370,7 @@ def graph_figure(G, system, title=""):
     ax2 = fig.add_subplot(1, 2, 2)
     n = system.n
     radius = np.asarray(system.params0["bodies"]["radius"])
-    names = tuple(getattr(system, "body_names", ()))
-    fixed = set(getattr(system, "fixed", ()))
+    names, fixed = system.body_names, set(system.fixed)
     named = []  # (body, x, y) already labelled
 
     styles = ("-", "--", ":", "-.")  # a body several nodes leave in place shows every node's line

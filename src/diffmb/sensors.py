@@ -87,7 +87,7 @@ def parse_sensors(items, system, source: str = "<sensors>") -> tuple:
     the sensor and the field."""
     if not isinstance(items, list | tuple) or not items:
         raise ValueError(f"{source}: expected a non-empty list of sensors under \"sensors\"")
-    bodies = tuple(getattr(system, "body_names", ()) or ())
+    bodies = tuple(system.body_names)
     states = tuple(system.state_names)
     out, seen = [], set()
     for k, it in enumerate(items):
@@ -208,7 +208,7 @@ class SensorModel(eqx.Module):
 
     @staticmethod
     def of(sensors, system) -> "SensorModel":
-        bodies = list(getattr(system, "body_names", ()) or ())
+        bodies = list(system.body_names)
         states = list(system.state_names)
         return SensorModel(sensors=tuple(sensors),
                            body_index=tuple(bodies.index(s.body) if s.body else -1 for s in sensors),

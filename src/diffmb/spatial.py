@@ -215,6 +215,15 @@ def mrp_switch(sigma, threshold=1.0):
     return jnp.where(s2 > threshold**2, mrp_shadow(sigma), sigma)
 
 
+def mrp_switch_at(x, starts):
+    """``x`` with the MRP triple at each index of ``starts`` switched to the shadow set
+    where ``|sigma| > 1`` (:func:`mrp_switch`): the post-step switch of every formulation
+    with spherical or free joints."""
+    for s in starts:
+        x = x.at[s:s + 3].set(mrp_switch(x[s:s + 3]))
+    return x
+
+
 def quat_to_dcm(q):
     """DCM ``[BN]`` from a scalar-last unit quaternion ``[q1, q2, q3, q4]``."""
     v = q[..., :3]

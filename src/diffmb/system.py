@@ -1,31 +1,21 @@
-"""The System protocol, and :class:`TreeSystem` for open trees of rigid bodies.
+"""The System contract, and :class:`TreeSystem` for open trees of rigid bodies.
 
-Every formulation in diffmb compiles down to a :class:`System`:
+Every formulation in diffmb compiles down to a :class:`System`. The contract is the set
+of public members declared on :class:`System` below, abstract or with a default; nothing
+outside it is read by ``simulate`` (:mod:`diffmb.integrate`) or by the design tools,
+sensors and the viewer. ``docs/architecture.md`` tabulates the same members, and
+``tests/test_system_contract.py`` keeps the table and the class equal.
 
-``default_params()``          the numeric parameters, a pytree (differentiable, vmappable);
-``init_state(params)``        the initial state ``x0`` (a flat float array);
-``state_derivative(t, x, params)``
-                              ``dx/dt``, the equations of motion (what a formulation
-                              writes; ``vector_field`` calls it through one inner jit);
-``project(x, params)``        post-step manifold correction (identity by default);
-``diagnostics(x, params)``    ``{"energy": ..., "angular_momentum": ..., ...}`` scalars/vectors;
-``sampled_diagnostics(x, params)``  costly ones (the closure rank), at a sample of the save points;
-``state_names``               one name per entry of ``x`` (the CLI prints ``final.<name>``);
-``coordinate_names``          the position-level subset of ``state_names``;
-``coordinate_roles``          hinge angles, hub rate and attitude, elastic amplitudes, positions (the
-                              design tools read these roles, never name patterns);
-``jump_times(params)``        times where ``vector_field`` jumps (discontinuous forcing), or
-                              ``None``: adaptive solvers step exactly to them.
-
-``simulate`` (:mod:`diffmb.integrate`) knows nothing else about a System. Static structure
-lives in the System's static fields; every number lives in ``params``, so new numbers
-never recompile and ``jax.grad`` w.r.t. ``params`` differentiates the whole run.
+Static structure lives in the System's static fields; every number lives in ``params``,
+so new numbers never recompile and ``jax.grad`` w.r.t. ``params`` differentiates the whole
+run.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -59,7 +49,15 @@ RANK_DIAGNOSTIC_MAX_NV = 200
 
 
 class System(eqx.Module):
-    """Abstract base of every formulation (see module docstring)."""
+    """Abstract base of every formulation: the contract (see module docstring).
+
+    Two members are plain values a formulation may keep as fields: ``stabilization``
+    (one of :data:`STABILIZATIONS`, ``"none"`` unless the System has constraints it
+    stabilizes) and ``body_names`` (the bodies :meth:`body_frames` reports, ``()`` when
+    the System reports none)."""
+
+    stabilization: ClassVar[str] = "none"
+    body_names: ClassVar[tuple] = ()
 
     @abc.abstractmethod
     def default_params(self):
@@ -122,8 +120,21 @@ class System(eqx.Module):
         hinge angles, "hub_rate": the three state names of the hub's body angular rate,
         "hub_attitude": the three coordinate names of the hub's attitude MRPs, "elastic":
         coordinate names of elastic (modal) amplitudes, "position": coordinate names of
-        Cartesian positions}``; a role not declared is absent."""
-        return {k: tuple(v) for k, v in (getattr(self, "roles", None) or ())}
+        Cartesian positions}``; a role not declared is absent. The per-hinge arrays of a
+        system's hinge models (``params["forcing"][model][field]``) follow the ``hinge``
+        order."""
+        return {}
+
+    def body_frames(self, x, params) -> BodyFrames:
+        """Every body's pose and rates at state ``x``, in ``body_names`` order
+        (:class:`~diffmb.body_frames.BodyFrames`): what sensors and the viewer read."""
+        raise NotImplementedError(f"{type(self).__name__} reports no body frames (body_names is empty)")
+
+    @property
+    def tree_models(self) -> tuple:
+        """The rigid-body tree :class:`~diffmb.model.Model` s the System is assembled
+        from, in ``body_names`` order (their geometry and visuals), or ``()``."""
+        return ()
 
     def violation(self, x, params) -> dict:
         """Constraint violation ``{"position": ..., "velocity": ...}``; empty when unconstrained."""
@@ -148,6 +159,17 @@ STABILIZATIONS = ("none", "baumgarte", "projection")
 
 #: The coordinate roles a System may declare (see :attr:`System.coordinate_roles`).
 ROLES = ("hinge", "hub_rate", "hub_attitude", "elastic", "position")
+
+
+def clock_entry(on: bool, value: float, dtype) -> list:
+    """The mission-clock entry a System appends to its state (value 0) and to its rate
+    (value 1) when it carries one (``on``), else nothing: ``[x; clock]``, named
+    :data:`CLOCK_NAMES`, so that time-dependent forcing reads time from the state."""
+    return [jnp.full(1, value, dtype)] if on else []
+
+
+#: The state names of the clock entry (see :func:`clock_entry`).
+CLOCK_NAMES = ("clock",)
 
 
 def declare_roles(system, roles) -> tuple:
@@ -256,8 +278,15 @@ class TreeSystem(System):
     def body_names(self) -> tuple:
         return tuple(self.model.body_names)
 
+    @property
+    def tree_models(self) -> tuple:
+        return (self.model,)
+
+    @property
+    def coordinate_roles(self) -> dict:
+        return {k: tuple(v) for k, v in self.roles}
+
     def body_frames(self, x, params) -> BodyFrames:
-        """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`)."""
         q, qd = self.split(x)
         return from_kinematics(kinematics(params["model"], q, qd))
 
@@ -310,15 +339,8 @@ class TreeSystem(System):
         return self.dynamics == "dense"
 
     @property
-    def _mrp_slices(self):
-        m = self.model
-        return tuple(
-            (s, s + 3) for (s, _), k in zip(m.body_slices, m.joint_kinds) if k in jt.MRP_KINDS
-        )
-
-    @property
     def has_projection(self) -> bool:
-        return len(self._mrp_slices) > 0 or self.stabilization == "projection"
+        return len(jt.mrp_starts(self.model)) > 0 or self.stabilization == "projection"
 
     def project(self, x, params):
         if self.stabilization == "projection":
@@ -328,9 +350,7 @@ class TreeSystem(System):
             if model.floating_base:
                 qd = _restore_momentum(model, q, qd, tree.spatial_momentum(model, q0, qd0))
             x = jnp.concatenate([q, qd])
-        for s, e in self._mrp_slices:
-            x = x.at[s:e].set(sp.mrp_switch(x[s:e]))
-        return x
+        return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
 
     def violation(self, x, params):
         if self.closures is None:

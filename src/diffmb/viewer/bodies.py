@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data import state_tree
 from .frames import body_poses, hinge_series
 from .scene import Quantity, Scene, frame_indices
 from .visuals import file_visuals
@@ -40,17 +41,15 @@ def inertia_box(mass: float, inertia: np.ndarray):
 
 def _coms(system, n: int) -> np.ndarray:
     """Each body's centre of mass in its frame (tree-like systems; zeros otherwise)."""
-    models = [system.model] if hasattr(system, "model") else list(getattr(system, "models", ()))
-    coms = [np.asarray(m.com, float) for m in models if hasattr(m, "com")]
+    coms = [np.asarray(m.com, float) for m in system.tree_models]
     out = np.concatenate(coms) if coms else np.zeros((0, 3))
     return out if len(out) == n else np.zeros((n, 3))
 
 
 def _parents(system) -> list:
     """Parent body index of each body (-1 for a root), for tree-like systems."""
-    models = [system.model] if hasattr(system, "model") else list(getattr(system, "models", ()))
     out, base = [], 0
-    for m in models:
+    for m in system.tree_models:
         out += [p + base if p >= 0 else -1 for p in m.parents]
         base += len(m.body_names)
     return out
@@ -65,7 +64,7 @@ def _quat_of(R: np.ndarray) -> list:
 def scene(run, fps: float, max_frames: int) -> Scene | None:
     """The scene of ``run``'s bodies, or ``None`` when its System has none."""
     system = run.system
-    if not hasattr(system, "body_frames"):
+    if not system.body_names:
         return None
     tr = run.traj.trimmed()
     pick = frame_indices(np.asarray(tr.ts), fps, max_frames)
@@ -73,7 +72,8 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     names = list(system.body_names)
     poses = body_poses(system, run.params, xs)
     parents = _parents(system)
-    visuals, notes = file_visuals(run.meta.get("model"), names, getattr(system, "model", None))
+    models = system.tree_models
+    visuals, notes = file_visuals(run.meta.get("model"), names, models[0] if len(models) == 1 else None)
     geometry = [{"polygons": [], "segments": [], "primitives": list(visuals.get(n, [])), "role": "link"}
                 for n in names]
     if type(system).__name__ == "UKSystem":
@@ -106,7 +106,7 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
                      "lines from each parent's origin to its child's.")
     n_f, n_b = len(ts), len(names)
     quantities = []
-    if hasattr(system, "model") and hasattr(system.model, "body_slices"):
+    if state_tree(system) is not None:
         angle, rate, moved = hinge_series(system, xs)
         if len(moved):
             a, r = np.full((n_f, n_b), np.nan), np.full((n_f, n_b), np.nan)
@@ -130,5 +130,4 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
 
 
 def _floating(system) -> bool:
-    model = getattr(system, "model", None)
-    return bool(getattr(model, "floating_base", False))
+    return any(m.floating_base for m in system.tree_models)

@@ -67,8 +67,7 @@ def hinge_energy(run, angles: np.ndarray) -> np.ndarray:
     rest = np.asarray(model.rest)[idx]
     E = 0.5 * K * (angles - rest) ** 2
     forcing = run.params.get("forcing") or {}
-    tau = getattr(system, "tau_fn", None)
-    if tau is not None and tuple(getattr(tau, "indices", ())) == tuple(idx):
+    if system.coordinate_roles.get("hinge") == tuple(model.coordinate_names[i] for i in idx):
         if "tape" in forcing:
             f = forcing["tape"]
             E = E + np.asarray(tape_spring_energy(angles - np.asarray(f["rest"]), f["K_flat"], f["M_peak"],

@@ -145,7 +145,7 @@ def file_visuals(model: str | None, body_names, tree_model=None) -> tuple[dict, 
     except (OSError, ET.ParseError, ValueError):
         return {}, []
     out, budget, left_out = {}, MAX_MESH_TRIANGLES, 0
-    frames = list(getattr(tree_model, "frame_names", ()) or ())
+    frames = list(tree_model.frame_names) if tree_model is not None else []
     for name, prims in found.items():
         if name in body_names:
             body, E, r = name, np.eye(3), np.zeros(3)

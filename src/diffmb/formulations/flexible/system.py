@@ -13,8 +13,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ... import spatial as sp
-from ...system import System
+from ... import joints as jt, spatial as sp
+from ...system import CLOCK_NAMES, System, clock_entry
 from .body import JOINT_DOF
 from .forces import active_forces, local_maps, velocity_products
 from .solve import articulated, dense
@@ -67,7 +67,7 @@ class FlexibleSystem(System):
 
     @property
     def state_names(self):
-        return self.coordinate_names + self._speed_names + (("clock",) if self.has_clock else ())
+        return self.coordinate_names + self._speed_names + (CLOCK_NAMES if self.has_clock else ())
 
     def _dof_names(self, i):
         k = self.kinds[i]
@@ -335,32 +335,27 @@ class FlexibleSystem(System):
 
     def state_derivative(self, t, x, params):
         ud, _, xdot = self.solve(t, x, params)
-        parts = [xdot, ud]
-        if self.has_clock:
-            parts.append(jnp.ones(1, x.dtype))
-        return jnp.concatenate(parts)
+        return jnp.concatenate([xdot, ud] + clock_entry(self.has_clock, 1.0, x.dtype))
 
     # ---------------------------------------------------------------- projection
     @property
+    def _mrp_starts(self) -> tuple:
+        return tuple(s for s, k in zip(self.offsets(), self.kinds) if k in jt.MRP_KINDS)
+
+    @property
     def has_projection(self):
-        return any(k in ("free", "spherical") for k in self.kinds)
+        return len(self._mrp_starts) > 0
 
     def project(self, x, params):
-        xc, u = self.split(x)
-        off = self.offsets()
-        n = self.n_coords
-        for i, k in enumerate(self.kinds):
-            if k not in ("free", "spherical"):
-                continue
-            s = off[i]
-            sig = x[s:s + 3]
-            new = sp.mrp_switch(sig)
-            x = x.at[s:s + 3].set(new)
-            if self.speeds == "customary":
-                rate = x[n + s:n + s + 3]
-                w = binv(sig) @ rate
-                x = x.at[n + s:n + s + 3].set(sp.mrp_B(new) @ w)
-        return x
+        """The MRP shadow-set switch; customary speeds (MRP rates) are converted to the
+        new set through the body rate they encode."""
+        new = sp.mrp_switch_at(x, self._mrp_starts)
+        if self.speeds == "customary":
+            n = self.n_coords
+            for s in self._mrp_starts:
+                w = binv(x[s:s + 3]) @ x[n + s:n + s + 3]
+                new = new.at[n + s:n + s + 3].set(sp.mrp_B(new[s:s + 3]) @ w)
+        return new
 
     # ---------------------------------------------------------------- diagnostics
     def clock_time(self, x):

@@ -18,7 +18,7 @@ from ... import closures as cl, crba, joints as jt, rnea, spatial as sp, tree
 from ...body_frames import BodyFrames, from_kinematics
 from ...closures import ROW_NAMES, LoopClosures, independent_rows
 from ...kinematics import Kinematics, kinematics
-from ...system import System, check_stabilization
+from ...system import CLOCK_NAMES, System, check_stabilization, clock_entry
 from .cuts import CutJoints, _as_models, _forest_loops
 
 
@@ -181,7 +181,7 @@ class CutJointSystem(System):
 
     @property
     def state_names(self) -> tuple:
-        return self.names + self.velocity_names + (("clock",) if self.clock else ())
+        return self.names + self.velocity_names + (CLOCK_NAMES if self.clock else ())
 
     @property
     def coordinate_names(self) -> tuple:
@@ -211,10 +211,7 @@ class CutJointSystem(System):
         return p
 
     def init_state(self, params):
-        parts = [params["q0"], params["u0"]]
-        if self.clock:
-            parts.append(jnp.zeros(1, params["q0"].dtype))
-        return jnp.concatenate(parts)
+        return jnp.concatenate([params["q0"], params["u0"]] + clock_entry(self.clock, 0.0, params["q0"].dtype))
 
     def unpack(self, x):
         """``(q, u, t)``: coordinates, speeds and the clock (zero without one)."""
@@ -256,6 +253,10 @@ class CutJointSystem(System):
         if len(wss) == 1:
             return wss[0]
         return jax.tree.map(lambda *xs: jnp.concatenate(xs), *wss)
+
+    @property
+    def tree_models(self) -> tuple:
+        return tuple(self.models)
 
     @property
     def body_names(self) -> tuple:
@@ -383,25 +384,17 @@ class CutJointSystem(System):
     def state_derivative(self, t, x, params):
         q, u, t = self.unpack(x)   # the clock is part of the state
         udot = self.accelerations(t, q, u, params)[0]
-        parts = [self.rates(q, u, params), udot]
-        if self.clock:
-            parts.append(jnp.ones(1, x.dtype))
-        return jnp.concatenate(parts)
+        return jnp.concatenate([self.rates(q, u, params), udot] + clock_entry(self.clock, 1.0, x.dtype))
 
     # --------------------------------------------------------- drift control
     @property
-    def _mrp_slices(self):
-        out, off = [], 0
-        for m in self.models:
-            for (s, _), k in zip(m.body_slices, m.joint_kinds):
-                if k in jt.MRP_KINDS:
-                    out.append((off + s, off + s + 3))
-            off += m.nq
-        return tuple(out)
+    def _mrp_starts(self) -> tuple:
+        offsets = np.cumsum([0] + [m.nq for m in self.models])
+        return sum((jt.mrp_starts(m, int(o)) for m, o in zip(self.models, offsets)), ())
 
     @property
     def has_projection(self) -> bool:
-        return self.stabilization == "projection" or len(self._mrp_slices) > 0
+        return self.stabilization == "projection" or len(self._mrp_starts) > 0
 
     def project(self, x, params):
         """Mass-weighted projection onto ``Phi = 0`` then ``C u = 0``; MRP shadow switch."""
@@ -426,8 +419,7 @@ class CutJointSystem(System):
             q = jax.lax.fori_loop(0, self.projection_iterations, gn, q)
             _, C, Y, Lam = solve(q)
             u = u - Y @ jnp.linalg.solve(Lam, C @ u)
-        for s, e in self._mrp_slices:
-            q = q.at[s:e].set(sp.mrp_switch(q[s:e]))
+        q = sp.mrp_switch_at(q, self._mrp_starts)
         return jnp.concatenate([q, u, x[2 * self.n:]])
 
     # ----------------------------------------------------------- diagnostics
