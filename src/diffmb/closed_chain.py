@@ -41,12 +41,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 
 from . import closures as cl
 from .couplings import coupling
@@ -110,7 +113,7 @@ def _world_pose(ws, body, rot, pos):
     return rot @ E, p + E.T @ pos
 
 
-def close_loops(model: Model, specs, q=None) -> cl.LoopClosures:
+def close_loops(model: Model, specs: list | dict, q: ArrayLike | None = None) -> cl.LoopClosures:
     """:class:`~diffmb.closures.LoopClosures` from closure descriptions (module doc).
 
     ``specs``: a list of dicts, or a loop-file dict with a ``closures`` list. ``q``: the
@@ -251,8 +254,9 @@ _closure_residual = eqx.filter_jit(_rows_of_residual)
 _closure_residual_jacobian = eqx.filter_jit(jax.jacfwd(_rows_of_residual, argnums=3))
 
 
-def assemble(model: Model, loops: cl.LoopClosures, q_guess=None, *, fixed=(), rates=None,
-             tol: float = 1e-12, max_iter: int = 50):
+def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = None, *,
+             fixed: Sequence[str] = (), rates: dict | None = None,
+             tol: float = 1e-12, max_iter: int = 50) -> tuple[Array, Array]:
     """A consistent initial state ``(q0, qd0)`` for a closed chain.
 
     ``q_guess``: joint values by name (others 0) or a full ``q``; the joints named in

@@ -139,7 +139,7 @@ def _compile(source):
         raise ValueError(f"{where}: MuJoCo's compiler: {' '.join(str(e).split())}") from None
 
 
-def load_mjcf(source, *, key=None) -> MjcfModel:
+def load_mjcf(source: str | os.PathLike, *, key: str | int | None = None) -> MjcfModel:
     """Import an MJCF file (or XML string) compiled by MuJoCo; see the module docstring."""
     mujoco = _mujoco()
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import Array
+from jax.typing import ArrayLike
 
 from . import aba, crba, joints as jt, rnea, spatial as sp
 from .kinematics import body_velocities, kinematics
@@ -51,7 +53,7 @@ def _fext(model: Model, f_ext):
 # ------------------------------------------------------------------------ kinematics
 
 
-def forward_kinematics(model: Model, q, qd=None):
+def forward_kinematics(model: Model, q: ArrayLike, qd: ArrayLike | None = None) -> tuple[Array, ...]:
     """Body poses (and spatial velocities) from joint coordinates.
 
     Returns ``(dcm, pos)`` — ``dcm (N, 3, 3)`` is ``[body world]`` and ``pos (N, 3)`` the
@@ -70,7 +72,7 @@ def _forward_kinematics(model, q, qd):
     return ws.rot, ws.pos, body_velocities(ws)
 
 
-def frame_pose(model: Model, q, name: str):
+def frame_pose(model: Model, q: ArrayLike, name: str) -> tuple[Array, Array]:
     """World pose ``([frame world], origin)`` of a body or of a merged (fixed-joint) frame."""
     dcm, pos = forward_kinematics(model, q)
     if name in model.body_names:
@@ -86,7 +88,7 @@ def frame_pose(model: Model, q, name: str):
     return sp.xform_compose(Ef, rf, dcm[b], pos[b])
 
 
-def coordinate_rates(model: Model, q, qd):
+def coordinate_rates(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """``q_dot`` from ``qd`` (identity except MRP joints, Fulton & Schaub eqs. 3-4)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     out = qd
@@ -102,7 +104,8 @@ def coordinate_rates(model: Model, q, qd):
 BACKENDS = ("aba", "crba")
 
 
-def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "aba"):
+def forward_dynamics(model: Model, q: ArrayLike, qd: ArrayLike, tau: ArrayLike, f_ext: ArrayLike | None = None,
+                     *, backend: str = "aba") -> Array:
     """Forward dynamics ``qdd``: the articulated-body algorithm (Featherstone table 7.1;
     Jain's ABFD), O(n), never forming the mass matrix (``backend="aba"``), or the mass
     matrix and its Cholesky factor (``backend="crba"``: O(n^3) but fewer, larger kernels,
@@ -115,18 +118,19 @@ def forward_dynamics(model: Model, q, qd, tau, f_ext=None, *, backend: str = "ab
                              _fext(model, f_ext), backend)
 
 
-def inverse_dynamics(model: Model, q, qd, qdd, f_ext=None):
+def inverse_dynamics(model: Model, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike,
+                     f_ext: ArrayLike | None = None) -> Array:
     """Recursive Newton-Euler (Featherstone table 5.1): ``tau`` for given ``qdd``."""
     return _inverse_dynamics(model, _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, qdd, "qdd"),
                              _fext(model, f_ext))
 
 
-def bias_forces(model: Model, q, qd, f_ext=None):
+def bias_forces(model: Model, q: ArrayLike, qd: ArrayLike, f_ext: ArrayLike | None = None) -> Array:
     """``C(q, qd)`` of eq. (8): Coriolis, centrifugal, gravity (and ``-f_ext``) terms."""
     return _bias_forces(model, _vec(model, q, "q"), _vec(model, qd, "qd"), _fext(model, f_ext))
 
 
-def mass_matrix(model: Model, q):
+def mass_matrix(model: Model, q: ArrayLike) -> Array:
     """Composite-rigid-body algorithm (Featherstone table 6.2): ``M(q)``, public order."""
     return crba.mass_matrix_at(model, _vec(model, q, "q"))
 
@@ -159,7 +163,7 @@ def _bias_forces(model, q, qd, f_ext):
 # --------------------------------------------------------------- energy, momentum
 
 
-def joint_forces(model: Model, q, qd):
+def joint_forces(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """Passive joint forces ``-K (q - rest) - D qd`` (Fulton & Schaub eq. 11)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     return -model.stiffness * (q - model.rest) - model.damping * qd
@@ -185,19 +189,19 @@ def potential_energy_ws(model: Model, ws, q):
     return grav + spring
 
 
-def kinetic_energy(model: Model, q, qd):
+def kinetic_energy(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12), plus the armature's."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     return kinetic_energy_ws(kinematics(model, q, qd)) + rotor_energy(model, qd)
 
 
-def potential_energy(model: Model, q):
+def potential_energy(model: Model, q: ArrayLike) -> Array:
     """Gravity plus joint-spring energy ``1/2 K (q - rest)^2`` (eq. 13)."""
     q = _vec(model, q, "q")
     return potential_energy_ws(model, kinematics(model, q), q)
 
 
-def energy(model: Model, q, qd):
+def energy(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """Total mechanical energy (eq. 14)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     ws = kinematics(model, q, qd)
@@ -209,7 +213,7 @@ def center_of_mass_ws(model: Model, ws):
     return jnp.sum(model.mass[:, None] * com_w, 0) / jnp.sum(model.mass)
 
 
-def center_of_mass(model: Model, q):
+def center_of_mass(model: Model, q: ArrayLike) -> Array:
     """System centre of mass in world coordinates."""
     return center_of_mass_ws(model, kinematics(model, _vec(model, q, "q")))
 
@@ -228,7 +232,7 @@ def momentum_scale_ws(model: Model, ws):
     return jnp.sum(sp.safe_norm(p[:, :3] - sp.cross(c, p[:, 3:])))
 
 
-def spatial_momentum(model: Model, q, qd):
+def spatial_momentum(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """Total spatial momentum ``[angular about the world origin; linear]``, world axes."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     return spatial_momentum_ws(kinematics(model, q, qd))
@@ -240,7 +244,7 @@ def momentum_ws(model: Model, ws):
     return lin, ang_o - sp.cross(center_of_mass_ws(model, ws), lin)
 
 
-def momentum(model: Model, q, qd):
+def momentum(model: Model, q: ArrayLike, qd: ArrayLike) -> tuple[Array, Array]:
     """Total linear momentum and angular momentum about the system com, world axes.
 
     Fulton & Schaub eqs. (16)-(17): ``h = sum_k J(c_k) w(k) + m(k) p(c_sys, c_k) x v(c_k)``.

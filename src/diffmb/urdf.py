@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import pathlib
 import warnings
 import xml.etree.ElementTree as ET
@@ -283,7 +284,8 @@ def _read(source):
     return root, where
 
 
-def load_urdf(source, *, floating_base: bool = False, gravity=(0.0, 0.0, -9.81),
+def load_urdf(source: str | os.PathLike, *, floating_base: bool = False,
+              gravity: tuple[float, float, float] = (0.0, 0.0, -9.81),
               inertia: str = "warn") -> Model:
     """Build a :class:`~diffmb.model.Model` from a URDF path or XML string.
 

@@ -19,6 +19,7 @@ Accelerators keep plain ``vmap``: their kernels see the whole batch at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,7 @@ def _on_cpu() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def vmap_blocks(f, block: int = BLOCK):
+def vmap_blocks(f: Callable, block: int = BLOCK) -> Callable:
     """``f`` mapped over the leading axis of every array argument, jitted: on a CPU as
     ``lax.map`` over vmapped blocks of ``block`` members (the last block filled up with
     copies of the first member, dropped from the result) traced with the small products
