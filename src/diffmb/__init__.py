@@ -2,6 +2,7 @@
 
 from . import (
     _config,  # noqa: F401  (float64 default, XLA flags)
+    resumable,
     spatial,
 )
 from ._config import __version__ as __version__
@@ -36,6 +37,7 @@ __all__ = [
     "System",
     "TreeSystem",
     "simulate",
+    "resumable",
     "SOLVERS",
     "Trajectory",
     "Model",
