@@ -22,6 +22,92 @@ from ...system import CLOCK_NAMES, System, check_stabilization, clock_entry
 from .cuts import CutJoints, _as_models, _forest_loops
 
 
+def _check_cuts(models, cuts):
+    if not isinstance(cuts, CutJoints):
+        raise TypeError("cuts: expected CutJoints (see diffmb.formulations.kane.make_cuts)")
+    for c in cuts.cuts:
+        for t, b in ((c.tree_a, c.body_a), (c.tree_b, c.body_b)):
+            if not (0 <= t < len(models) and 0 <= b < models[t].n_bodies):
+                raise ValueError(f"cut {c.name!r}: body index ({t}, {b}) outside the forest")
+
+
+def _initial_state(owner: str, models, q0, u0):
+    """``(q0, u0)`` as finite arrays of the forest's size and dtype."""
+    n, dt = sum(m.nq for m in models), models[0].mass.dtype
+    out = jnp.asarray(q0, dt), jnp.asarray(u0, dt)
+    for nm, v in zip(("q0", "u0"), out):
+        if v.shape != (n,):
+            raise ValueError(f"{owner} {nm}: expected shape ({n},), got {v.shape}")
+        if not np.all(np.isfinite(np.asarray(v))):
+            raise ValueError(f"{owner} {nm}: contains non-finite values")
+    return out
+
+
+def _coordinate_names(models, names, coordinate_map) -> tuple:
+    """``(names, speed_names)``: the trees' own, or ``names`` (and ``<name>_dot``) given
+    for mapped coordinates."""
+    n = sum(m.nq for m in models)
+    if names is None:
+        if coordinate_map is not None:
+            raise ValueError("coordinate_map: give the mapped coordinates' names too")
+        names = tuple(x for m in models for x in m.coordinate_names)
+        speed_names = tuple(x for m in models for x in m.velocity_names)
+    else:
+        speed_names = tuple(f"{x}_dot" for x in names)
+    names = tuple(str(x) for x in names)
+    if len(names) != n or len(set(names)) != n:
+        raise ValueError(f"names: expected {n} distinct coordinate names, got {list(names)}")
+    return names, speed_names
+
+
+def _coordinate_map(models, coordinate_map):
+    """``coordinate_map`` as a hashable tuple of rows, checked: a finite, regular ``(n, n)``
+    matrix, on trees without MRP joints."""
+    if coordinate_map is None:
+        return None
+    n = sum(m.nq for m in models)
+    P = np.asarray(coordinate_map, float)
+    if P.shape != (n, n) or not np.all(np.isfinite(P)):
+        raise ValueError(f"coordinate_map: expected a finite ({n}, {n}) matrix, got shape {P.shape}")
+    if abs(np.linalg.det(P)) < 1e-12 * max(1.0, np.abs(P).max()) ** n:
+        raise ValueError("coordinate_map: the matrix is singular")
+    if any(k in jt.MRP_KINDS for m in models for k in m.joint_kinds):
+        raise ValueError("coordinate_map: not supported with spherical/free joints (MRPs)")
+    return tuple(tuple(float(v) for v in row) for row in P)
+
+
+def _check_closed(cuts, phi_all, check_tol):
+    """ValueError naming the first cut whose closure residual at ``q0`` exceeds ``check_tol``."""
+    for k, c in enumerate(cuts.cuts):
+        err = np.abs(phi_all[k, list(c.rows)]).max()
+        if err > check_tol:
+            raise ValueError(f"cut {c.name!r}: the initial configuration q0 violates the closure by "
+                             f"{err:.3g} (rows {[ROW_NAMES[r] for r in c.rows]}); the nodes do not meet")
+
+
+def _dependent_speeds(C, independent, names) -> list:
+    """Indices of the dependent speeds: the pivots of ``C``'s QR, or all but the named
+    ``independent`` ones; ValueError when the dependent block ``C_D`` is singular."""
+    n, m = len(names), C.shape[0]
+    if independent is None:
+        _, _, piv = scipy.linalg.qr(C, pivoting=True)
+        dep = sorted(int(i) for i in piv[:m])
+    else:
+        independent = tuple(independent)
+        bad = [x for x in independent if x not in names]
+        if bad:
+            raise ValueError(f"independent: unknown coordinate(s) {bad}; coordinates are {list(names)}")
+        if len(set(independent)) != n - m:
+            raise ValueError(f"independent: expected {n - m} distinct speeds (n = {n}, "
+                             f"{m} independent closure rows), got {len(set(independent))}")
+        dep = sorted(i for i in range(n) if names[i] not in independent)
+    sv = np.linalg.svd(C[:, dep], compute_uv=False)
+    if sv.min() < 1e-9 * max(sv.max(), 1e-300):
+        raise ValueError(f"partition: the dependent block C_D for {[names[i] for i in dep]} is "
+                         f"singular at q0; choose other independent speeds")
+    return dep
+
+
 class CutJointSystem(System):
     """Common base of :class:`KaneSystem` and :class:`MultiplierSystem` (module doc).
 
@@ -61,105 +147,53 @@ class CutJointSystem(System):
                  stabilization="none", baumgarte=(0.0, 0.0), projection_iterations=2,
                  repartition_tol=1e-3, clock=False, check_tol=1e-8):
         models = _as_models(models)
-        if not isinstance(cuts, CutJoints):
-            raise TypeError("cuts: expected CutJoints (see diffmb.formulations.kane.make_cuts)")
-        for c in cuts.cuts:
-            for t, b in ((c.tree_a, c.body_a), (c.tree_b, c.body_b)):
-                if not (0 <= t < len(models) and 0 <= b < models[t].n_bodies):
-                    raise ValueError(f"cut {c.name!r}: body index ({t}, {b}) outside the forest")
-        self.models = models
-        self.cuts = cuts
-        n = sum(m.nq for m in models)
-        dt = models[0].mass.dtype
-        self.q0 = jnp.asarray(q0, dt)
-        self.u0 = jnp.asarray(u0, dt)
-        for nm, v in (("q0", self.q0), ("u0", self.u0)):
-            if v.shape != (n,):
-                raise ValueError(f"{type(self).__name__} {nm}: expected shape ({n},), got {v.shape}")
-            if not np.all(np.isfinite(np.asarray(v))):
-                raise ValueError(f"{type(self).__name__} {nm}: contains non-finite values")
-        if names is None:
-            names = tuple(x for m in models for x in m.coordinate_names)
-            if coordinate_map is not None:
-                raise ValueError("coordinate_map: give the mapped coordinates' names too")
-            speed_names = tuple(x for m in models for x in m.velocity_names)
-        else:
-            speed_names = tuple(f"{x}_dot" for x in names)
-        names = tuple(str(x) for x in names)
-        if len(names) != n or len(set(names)) != n:
-            raise ValueError(f"names: expected {n} distinct coordinate names, got {list(names)}")
-        self.names = names
-        self.speed_names = speed_names
-        if coordinate_map is not None:
-            P = np.asarray(coordinate_map, float)
-            if P.shape != (n, n) or not np.all(np.isfinite(P)):
-                raise ValueError(f"coordinate_map: expected a finite ({n}, {n}) matrix, got shape {P.shape}")
-            if abs(np.linalg.det(P)) < 1e-12 * max(1.0, np.abs(P).max()) ** n:
-                raise ValueError("coordinate_map: the matrix is singular")
-            if any(k in jt.MRP_KINDS for m in models for k in m.joint_kinds):
-                raise ValueError("coordinate_map: not supported with spherical/free joints (MRPs)")
-            coordinate_map = tuple(tuple(float(v) for v in row) for row in P)
-        self.coordinate_map = coordinate_map
-        check_stabilization(stabilization)
-        if stabilization == "baumgarte" and self.formulation != "dae":
-            raise ValueError("stabilization 'baumgarte' is for the multiplier (DAE) form; "
-                             "the Kane form uses 'none' or 'projection'")
-        self.stabilization = stabilization
+        _check_cuts(models, cuts)
+        self.models, self.cuts = models, cuts
+        self.q0, self.u0 = _initial_state(type(self).__name__, models, q0, u0)
+        self.names, self.speed_names = _coordinate_names(models, names, coordinate_map)
+        self.coordinate_map = _coordinate_map(models, coordinate_map)
+        self.stabilization = self._checked_stabilization(stabilization)
         self.projection_iterations = int(projection_iterations)
         if not (0.0 <= repartition_tol < 1.0):
             raise ValueError(f"repartition_tol must be in [0, 1), got {repartition_tol}")
         self.repartition_tol = float(repartition_tol)
         a, b = baumgarte
-        self.baumgarte = {"a": jnp.asarray(a, dt), "b": jnp.asarray(b, dt)}
-        self.force_fn = force_fn
-        self.outputs_fn = outputs_fn
-        self.forcing = forcing
+        self.baumgarte = {"a": jnp.asarray(a, self.q0.dtype), "b": jnp.asarray(b, self.q0.dtype)}
+        self.force_fn, self.outputs_fn, self.forcing = force_fn, outputs_fn, forcing
         self.clock = bool(clock)
-        # --- the cuts as loop closures of the forest (global body and speed indices)
-        self.loops = _forest_loops(models, cuts)
-        # --- kept rows and partition from C(q0) (plain numpy, before any tracing)
-        self.kept_rows = tuple(int(6 * k + r) for k, c in enumerate(cuts.cuts) for r in c.rows)
-        self.perm = tuple(range(n))
-        self.n_independent = n
+        self.loops = _forest_loops(models, cuts)    # the cuts as loop closures of the forest
+        self.kept_rows, self.perm, self.n_independent = self._partition(independent, check_tol)
+
+    def _checked_stabilization(self, stabilization) -> str:
+        check_stabilization(stabilization)
+        if stabilization == "baumgarte" and self.formulation != "dae":
+            raise ValueError("stabilization 'baumgarte' is for the multiplier (DAE) form; "
+                             "the Kane form uses 'none' or 'projection'")
+        return stabilization
+
+    def _partition(self, independent, check_tol) -> tuple:
+        """``(kept_rows, perm, n_independent)`` from ``C(q0)`` in plain numpy, before any
+        tracing: the independent closure rows, and the speeds ordered independent first
+        (pivoted QR of ``C(q0)`` unless ``independent`` names them). Checks that ``q0``
+        closes every cut and ``u0`` the velocity closure, to ``check_tol``."""
+        n = len(self.names)
+        self.kept_rows = tuple(int(6 * k + r) for k, c in enumerate(self.cuts.cuts) for r in c.rows)
+        self.perm, self.n_independent = tuple(range(n)), n
         params = self.default_params()
-        q0n = self.q0
-        phi_all = np.asarray(self._residual_all(q0n, params))
-        for k, c in enumerate(cuts.cuts):
-            err = np.abs(phi_all[k, list(c.rows)]).max()
-            if err > check_tol:
-                raise ValueError(f"cut {c.name!r}: the initial configuration q0 violates the closure by "
-                                 f"{err:.3g} (rows {[ROW_NAMES[r] for r in c.rows]}); the nodes do not meet")
-        C_all = np.asarray(self.constraint_jacobian(q0n, params))
+        _check_closed(self.cuts, np.asarray(self._residual_all(self.q0, params)), check_tol)
+        C_all = np.asarray(self.constraint_jacobian(self.q0, params))
         keep = independent_rows(C_all)
         if not keep:
             raise ValueError("cuts: the closure rows have no independent component at q0")
-        self.kept_rows = tuple(self.kept_rows[i] for i in keep)
         C = C_all[keep]
-        m = C.shape[0]
-        if m >= n:
-            raise ValueError(f"cuts: {m} independent closure rows leave no mobility for {n} coordinates")
-        if independent is None:
-            _, _, piv = scipy.linalg.qr(C, pivoting=True)
-            dep = sorted(int(i) for i in piv[:m])
-        else:
-            independent = tuple(independent)
-            bad = [x for x in independent if x not in names]
-            if bad:
-                raise ValueError(f"independent: unknown coordinate(s) {bad}; coordinates are {list(names)}")
-            if len(set(independent)) != n - m:
-                raise ValueError(f"independent: expected {n - m} distinct speeds (n = {n}, "
-                                 f"{m} independent closure rows), got {len(set(independent))}")
-            dep = sorted(i for i in range(n) if names[i] not in independent)
+        if C.shape[0] >= n:
+            raise ValueError(f"cuts: {C.shape[0]} independent closure rows leave no mobility for {n} coordinates")
+        dep = _dependent_speeds(C, independent, self.names)
         ind = sorted(set(range(n)) - set(dep))
-        sv = np.linalg.svd(C[:, dep], compute_uv=False)
-        if sv.min() < 1e-9 * max(sv.max(), 1e-300):
-            raise ValueError(f"partition: the dependent block C_D for {[names[i] for i in dep]} is "
-                             f"singular at q0; choose other independent speeds")
-        self.perm = tuple(ind + dep)
-        self.n_independent = len(ind)
         vel = np.asarray(C @ np.asarray(self.u0))
         if np.abs(vel).max() > check_tol * max(1.0, np.abs(np.asarray(self.u0)).max()):
             raise ValueError(f"u0 violates the velocity closure C(q0) u0 = 0 by {np.abs(vel).max():.3g}")
+        return tuple(self.kept_rows[i] for i in keep), tuple(ind + dep), len(ind)
 
     # ------------------------------------------------------------------ layout
     @property
