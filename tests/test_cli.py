@@ -1,6 +1,6 @@
 """The ``diffmb`` command line: list, run, JSON/npz/CSV/plots, bad input, interrupt + resume.
 
-Runs go in-process through ``cli.main`` on short horizons (pendulum 0.4 s in 4 chunks,
+Runs go in-process through ``cli.main`` on short horizons (pendulum 0.4 s in 4 segments,
 double pendulum 0.5 s) so every compiled shape is reused; two real subprocess calls check
 ``python -m diffmb`` and the console script.
 """
@@ -20,14 +20,33 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import cli, scenarios
+from diffmb import cli, resumable, scenarios
 from diffmb.plot import plot_trajectory
 from diffmb.system import System
 from diffmb.trajectory import Trajectory
 
 JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "energy", "angular_momentum",
              "violation", "final", "status", "warnings"}
-PENDULUM = ["run", "pendulum", "--t1", "0.4", "--chunks", "4", "--quiet"]
+PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet"]
+
+
+def interrupt_after(monkeypatch, segment: int):
+    """A Ctrl-C once segment ``segment`` (0-based) has finished: the compiled segment
+    raises KeyboardInterrupt when it is called for the next one."""
+    real = resumable.compile_simulation
+
+    def compiling(system, **kw):
+        run, seconds = real(system, **kw)
+        calls = []
+
+        def counted(**args):
+            if len(calls) > segment:
+                raise KeyboardInterrupt
+            calls.append(1)
+            return run(**args)
+        return counted, seconds
+
+    monkeypatch.setattr(resumable, "compile_simulation", compiling)
 
 
 def _json(path) -> dict:
@@ -100,7 +119,8 @@ def test_no_plot_writes_no_png_and_set_changes_the_run(tmp_path):
         ["run", "pendulum", "--solver", "nope"],
         ["run", "pendulum", "--stabilization", "baumgarte"],
         ["run", "pendulum", "--stabilization", "sideways"],
-        ["run", "pendulum", "--chunks", "0"],
+        ["run", "pendulum", "--segments", "0"],
+        ["run", "pendulum", "--chunks", "0"],  # the deprecated spelling: still one line
         ["run", "pendulum", "--bogus"],
         ["run"],
     ],
@@ -126,22 +146,18 @@ def test_interrupt_keeps_partial_and_resume_matches(tmp_path, monkeypatch, capsy
     assert cli.main(PENDULUM + ["--out", str(full)]) == 0
     ref, _ = Trajectory.load(full / "pendulum.npz")
 
-    def interrupt(k, traj):
-        if k == 1:  # after the 2nd chunk
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli.run, "_after_chunk", interrupt)
+    interrupt_after(monkeypatch, 1)  # after the 2nd segment
     assert cli.main(PENDULUM + ["--out", str(cut), "--json", str(cut / "r.json")]) == 130
     assert "--resume" in capsys.readouterr().err
     partial = cut / "pendulum.partial.npz"
     assert partial.exists() and not (cut / "pendulum.npz").exists() and not (cut / "r.json").exists()
     part, meta = Trajectory.load(partial)
-    assert meta["complete"] is False and meta["chunks_done"] == 2 and meta["chunks"] == 4
+    assert meta["complete"] is False and meta["segments_done"] == 2 and meta["segments"] == 4
     assert float(part.t_final) == pytest.approx(0.2, abs=1e-12)
     assert len(part.ts) == 201 and int(part.n_steps) == 200
     np.testing.assert_array_equal(part.xs, ref.xs[:201])
 
-    monkeypatch.setattr(cli.run, "_after_chunk", None)
+    monkeypatch.undo()
     assert cli.main(PENDULUM + ["--out", str(cut), "--resume", "--json", str(cut / "r.json")]) == 0
     assert not partial.exists()
     done, meta = Trajectory.load(cut / "pendulum.npz")
@@ -151,9 +167,9 @@ def test_interrupt_keeps_partial_and_resume_matches(tmp_path, monkeypatch, capsy
 
 
 def test_resume_with_other_parameters_is_refused_unless_discarded(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli.run, "_after_chunk", lambda k, t: (_ for _ in ()).throw(KeyboardInterrupt))
+    interrupt_after(monkeypatch, 0)
     assert cli.main(PENDULUM + ["--out", str(tmp_path)]) == 130
-    monkeypatch.setattr(cli.run, "_after_chunk", None)
+    monkeypatch.undo()
     capsys.readouterr()
     argv = PENDULUM + ["--out", str(tmp_path), "--resume", "--no-plot"]
     assert cli.main(argv + ["--set", "l=2"]) == 2  # --quiet or not: the refusal is said
@@ -191,7 +207,7 @@ def test_divergence_stops_early_and_still_writes(tmp_path, monkeypatch, capsys):
                             t1=2.0, dt=1e-3)
     monkeypatch.setitem(scenarios.REGISTRY, "blow-up", sc)
     js = tmp_path / "b.json"
-    assert cli.main(["run", "blow-up", "--chunks", "4", "--out", str(tmp_path), "--json", str(js), "--no-plot"]) == 1
+    assert cli.main(["run", "blow-up", "--segments", "4", "--out", str(tmp_path), "--json", str(js), "--no-plot"]) == 1
     captured = capsys.readouterr()
     assert "diverged at t = " in captured.err
     assert "diverged" in captured.out  # the summary table
@@ -199,8 +215,8 @@ def test_divergence_stops_early_and_still_writes(tmp_path, monkeypatch, capsys):
     assert rep["status"] == "diverged"
     traj, meta = Trajectory.load(tmp_path / "blow-up.npz")
     # RK4 steps over the pole at t = 1 with a large finite value and overflows just after:
-    # the 3rd chunk [1, 1.5] diverges and the 4th never runs
-    assert meta["complete"] is True and meta["chunks_done"] == 3
+    # the 3rd segment [1, 1.5] diverges and the 4th never runs
+    assert meta["complete"] is True and meta["segments_done"] == 3
     tr = traj.trimmed()
     assert 1.0 < tr.ts[-1] < 1.1 and 1.0 < float(traj.t_final) < 1.1
     early = tr.ts < 0.9
@@ -239,11 +255,11 @@ def test_plot_trajectory_writes_all_figures(tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_default_chunks():
-    assert cli.default_chunks(10.0, 1e-3) == 10  # 1000 steps each
-    assert cli.default_chunks(0.5, 1e-3) == 1
-    assert cli.default_chunks(1000.0, 1e-3) == 20  # capped: 1/20 of the horizon
-    assert cli.default_chunks(10.0, None) == 20  # adaptive
+def test_default_segments():
+    assert cli.default_segments(10.0, 1e-3) == 10  # 1000 steps each
+    assert cli.default_segments(0.5, 1e-3) == 1
+    assert cli.default_segments(1000.0, 1e-3) == 20  # capped: 1/20 of the horizon
+    assert cli.default_segments(10.0, None) == 20  # adaptive
 
 
 def test_python_m_and_console_script(tmp_path):

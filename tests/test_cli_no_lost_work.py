@@ -39,7 +39,7 @@ def test_sweep_keeps_finished_members_on_ctrl_c(tmp_path):
     out, log = tmp_path / "s.csv", tmp_path / "stderr.txt"
     with log.open("w") as stderr:
         # chunks of 3 members over 0.5 s: the program test_design's sweep compiles (a cache hit)
-        p = subprocess.Popen([sys.executable, "-m", "diffmb", "sweep", "four-bar", "--batch", "3000", "--chunk", "3",
+        p = subprocess.Popen([sys.executable, "-m", "diffmb", "sweep", "four-bar", "--batch", "3000", "--chunk-size", "3",
                               "--set", "c=0:0.2", "--t1", "0.5", "--csv", str(out)],
                              stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         deadline = time.monotonic() + 240
@@ -62,7 +62,7 @@ def test_sweep_keeps_finished_members_on_ctrl_c(tmp_path):
 def test_fit_stops_at_the_first_interrupt_and_keeps_its_values(tmp_path, monkeypatch, capsys):
     data, js = tmp_path / "pend.csv", tmp_path / "fit.json"
     assert cli.main(["synth", "pendulum", "--set", "damping=0.05", "--t1", "1", "--dt", "0.01",
-                     "--noise", "1e-3", "--seed", "2", "--out", str(data), "--quiet"]) == 0
+                     "--noise", "1e-3", "--seed", "2", "--csv", str(data), "--quiet"]) == 0
     # checks: once before the work, once as the first stage starts, then after each iteration
     _interrupt_after(monkeypatch, 3)
     assert cli.main(["fit", "pendulum", "--data", str(data), "--params", "g,damping", "--set", "g=8",
@@ -80,7 +80,7 @@ def test_fit_stops_at_the_first_interrupt_and_keeps_its_values(tmp_path, monkeyp
 def test_tune_stops_at_the_first_interrupt_and_keeps_the_best_gains(tmp_path, monkeypatch, capsys):
     js = tmp_path / "tune.json"
     _interrupt_after(monkeypatch, 2)  # once before the work, then after every Adam step
-    assert cli.main(["tune", "four-bar", "--params", "a,b", "--set", "kick=0.3", "--steps", "3",
+    assert cli.main(["tune", "four-bar", "--params", "a,b", "--set", "kick=0.3", "--iterations", "3",
                      "--t1", "0.5", "--json", str(js), "--quiet"]) == 130
     res = json.loads(js.read_text())
     assert res["stopped"] == "interrupted" and len(res["history"]) == 1
@@ -89,9 +89,11 @@ def test_tune_stops_at_the_first_interrupt_and_keeps_the_best_gains(tmp_path, mo
 
 
 @pytest.mark.parametrize("argv, flags", [
-    (["sweep", "four-bar", "--batch", "2", "--set", "c=0:0.1"], "--json PATH or --csv PATH"),
-    (["fit", "pendulum", "--data", "a.csv", "--params", "g"], "--json PATH"),
-    (["tune", "four-bar", "--params", "a"], "--json PATH"),
+    (["sweep", "four-bar", "--batch", "2", "--set", "c=0:0.1"], "--json FILE or --csv FILE or --out DIR"),
+    (["fit", "pendulum", "--data", "a.csv", "--params", "g"], "--json FILE"),
+    (["tune", "four-bar", "--params", "a"], "--json FILE"),
+    (["linearize", "tbar"], "--json FILE"),
+    (["list"], "--json FILE"),
 ])
 def test_quiet_with_nowhere_to_keep_the_result_is_refused(argv, flags, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

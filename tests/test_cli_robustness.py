@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import cli, health, scenarios
+from diffmb import cli, health, resumable, scenarios
 from diffmb.batch import member_values, sweep_scenario
 from diffmb.plot import coordinates_figure, energy_figure, violation_figure
 from diffmb.trajectory import ENERGY_WITH_WORK, Trajectory
@@ -125,7 +125,7 @@ def test_json_is_strict_and_keys_are_always_there(tmp_path):
         state_names=("x", "x_dot"), coordinate_names=("x",), solver="rk4")
     cfg = cli.RunConfig(name="t", system=None, params=None, values={}, t1=1.0, dt=0.5, solver="rk4",
                         rtol=1e-8, atol=1e-10, stabilization="none", out=tmp_path, json_path=None,
-                        plot=False, quiet=True, chunks=1, chunks_given=True, resume=False)
+                        plot=False, quiet=True, segments=1, segments_given=True, resume=False)
     rep = cli.report(cfg, cli.RunResult(traj=nan_traj))
     text = json.dumps(rep, allow_nan=False)  # raises on NaN / Infinity literals
     back = json.loads(text)
@@ -190,8 +190,8 @@ def test_ctrl_c_while_starting_and_while_running(tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
-    # during the run: the chunk in flight ends, its partial file is kept, resume works
-    p = subprocess.Popen([SCRIPT, "run", "pendulum", "--t1", "400", "--chunks", "400", "--quiet",
+    # during the run: the segment in flight ends, its partial file is kept, resume works
+    p = subprocess.Popen([SCRIPT, "run", "pendulum", "--t1", "400", "--segments", "400", "--quiet",
                           "--no-plot", "--out", str(tmp_path)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     assert _wait_for(tmp_path / "pendulum.partial.npz", 120)
@@ -200,19 +200,19 @@ def test_ctrl_c_while_starting_and_while_running(tmp_path):
     assert p.returncode == 130, err
     assert "Traceback" not in err and "--resume" in err
     part, meta = Trajectory.load(tmp_path / "pendulum.partial.npz")
-    assert 1 <= meta["chunks_done"] < 400 and float(part.t_final) == pytest.approx(meta["chunks_done"])
+    assert 1 <= meta["segments_done"] < 400 and float(part.t_final) == pytest.approx(meta["segments_done"])
 
 
 # ------------------------------------------------------------------ wasted time
-def test_a_single_chunk_is_compiled_ahead_and_run_once(tmp_path, monkeypatch):
+def test_a_single_segment_is_compiled_ahead_and_run_once(tmp_path, monkeypatch):
     runs = []
-    real = cli.run.compile_simulation
+    real = resumable.compile_simulation
 
     def counting(system, **kw):
         run, seconds = real(system, **kw)
         return (lambda **c: runs.append(1) or run(**c)), seconds
 
-    monkeypatch.setattr(cli.run, "compile_simulation", counting)
+    monkeypatch.setattr(resumable, "compile_simulation", counting)
     js = tmp_path / "r.json"
     assert cli.main(["run", "pendulum", "--t1", "0.3", "--out", str(tmp_path), "--json", str(js),
                      "--no-plot", "--quiet"]) == 0
@@ -237,7 +237,7 @@ def test_tune_stops_at_the_floor_and_says_so(capsys):
 
     res = tune("four-bar", ["a", "b"], t1=1.0, steps=20)
     assert res.stopped == "floor" and res.history == [] and res.best_loss <= res.floor
-    assert cli.main(["tune", "four-bar", "--params", "a,b", "--t1", "1", "--steps", "20"]) == 0  # same compiles
+    assert cli.main(["tune", "four-bar", "--params", "a,b", "--t1", "1", "--iterations", "20"]) == 0  # same compiles
     out = capsys.readouterr().out
     assert "floor" in out and "nothing to tune" in out
 

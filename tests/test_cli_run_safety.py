@@ -1,11 +1,12 @@
 """``diffmb run`` keeps the user's work and time (issue 31): a partial file is never
 replaced without being asked, long runs say up front how long they are and stay
-interruptible, the step is never changed by the chunking, and an output from another
+interruptible, the step is never changed by the segmenting, and an output from another
 model or other parameters is not replaced without a word.
 
-Runs go in-process through ``cli.main`` on the pendulum (0.4 s in 4 chunks, the shape
+Runs go in-process through ``cli.main`` on the pendulum (0.4 s in 4 segments, the shape
 ``test_cli.py`` compiles too); refusals happen before anything compiles. Partial files are
-made with the ``run._after_chunk`` seam (an interrupt after a chunk).
+made by a Ctrl-C after a segment: the compiled segment, monkeypatched, raises
+KeyboardInterrupt when it is called for the next one.
 """
 
 from __future__ import annotations
@@ -17,25 +18,36 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import cli, scenarios
+from diffmb import cli, resumable, scenarios
 from diffmb.trajectory import Trajectory
 
 ROOT = Path(__file__).parents[1]
-PENDULUM = ["run", "pendulum", "--t1", "0.4", "--chunks", "4", "--quiet", "--no-plot"]
+REAL_COMPILE = resumable.compile_simulation
+PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet", "--no-plot"]
 
 
-def _interrupt_after(monkeypatch, chunk):
-    def interrupt(k, traj):
-        if k == chunk:
-            raise KeyboardInterrupt
-    monkeypatch.setattr(cli.run, "_after_chunk", interrupt)
+def _interrupt_after(monkeypatch, segment):
+    """A Ctrl-C once segment ``segment`` (0-based) has finished: the compiled segment
+    raises KeyboardInterrupt when it is called for the next one."""
+    def compiling(system, **kw):
+        run, seconds = REAL_COMPILE(system, **kw)
+        calls = []
+
+        def counted(**args):
+            if len(calls) > segment:
+                raise KeyboardInterrupt
+            calls.append(1)
+            return run(**args)
+        return counted, seconds
+
+    monkeypatch.setattr(resumable, "compile_simulation", compiling)
 
 
 def _partial(tmp_path, monkeypatch, argv=PENDULUM) -> Path:
-    """Interrupt ``argv`` after its first chunk; return its partial file."""
+    """Interrupt ``argv`` after its first segment; return its partial file."""
     _interrupt_after(monkeypatch, 0)
     assert cli.main(argv + ["--out", str(tmp_path)]) == 130
-    monkeypatch.setattr(cli.run, "_after_chunk", None)
+    monkeypatch.setattr(resumable, "compile_simulation", REAL_COMPILE)
     name = argv[1]
     path = tmp_path / f"{name}.partial.npz"
     assert path.exists()
@@ -62,7 +74,7 @@ def test_a_plain_rerun_over_a_partial_file_is_refused_naming_both_ways_on(tmp_pa
     capsys.readouterr()
     # other settings (a new horizon), and the same settings with --resume forgotten
     lines = []
-    for argv in (["run", "pendulum", "--t1", "0.2", "--chunks", "4", "--no-plot"], PENDULUM):
+    for argv in (["run", "pendulum", "--t1", "0.2", "--segments", "4", "--no-plot"], PENDULUM):
         assert cli.main(argv + ["--out", str(tmp_path)]) == 2
         lines.append(_one_error_line(capsys))
         for word in (str(partial), "0.1 s of 0.4 s", "--resume", "--discard"):
@@ -75,30 +87,30 @@ def test_a_plain_rerun_over_a_partial_file_is_refused_naming_both_ways_on(tmp_pa
 
 def test_discard_alone_starts_fresh_and_replaces_the_partial(tmp_path, monkeypatch, capsys):
     partial = _partial(tmp_path, monkeypatch)
-    argv = ["run", "pendulum", "--t1", "0.2", "--chunks", "2", "--quiet", "--no-plot", "--out", str(tmp_path)]
+    argv = ["run", "pendulum", "--t1", "0.2", "--segments", "2", "--quiet", "--no-plot", "--out", str(tmp_path)]
     assert cli.main(argv + ["--discard"]) == 0
     assert not partial.exists()
     traj, meta = Trajectory.load(tmp_path / "pendulum.npz")
     assert meta["complete"] is True and meta["t1"] == 0.2 and int(traj.n_steps) == 200
 
 
-# ------------------------------------------------------------------ 2. long runs, chunks and dt
-def test_chunks_beyond_the_step_count_are_refused(tmp_path, capsys):
-    # pendulum: dt = 1 ms by default, so 0.01 s is 10 steps; 500 chunks would need 20 us steps
-    assert cli.main(["run", "pendulum", "--t1", "0.01", "--chunks", "500", "--out", str(tmp_path)]) == 2
+# ------------------------------------------------------------------ 2. long runs, segments and dt
+def test_segments_beyond_the_step_count_are_refused(tmp_path, capsys):
+    # pendulum: dt = 1 ms by default, so 0.01 s is 10 steps; 500 segments would need 20 us steps
+    assert cli.main(["run", "pendulum", "--t1", "0.01", "--segments", "500", "--out", str(tmp_path)]) == 2
     line = _one_error_line(capsys)
-    assert "500" in line and "10" in line and "--chunks" in line
+    assert "500" in line and "10" in line and "--segments" in line
     assert not list(tmp_path.iterdir())
 
 
-def test_chunks_that_do_not_divide_the_steps_keep_dt(tmp_path, monkeypatch, reference):
-    """400 steps in 3 chunks: chunks of 133, 133 and 134 steps of exactly 1 ms (before: 3 x 134
-    steps of 0.995 ms). Interrupted after the first chunk and resumed, it is the same run."""
-    argv = ["run", "pendulum", "--t1", "0.4", "--chunks", "3", "--quiet", "--no-plot"]
+def test_segments_that_do_not_divide_the_steps_keep_dt(tmp_path, monkeypatch, reference):
+    """400 steps in 3 segments: segments of 133, 133 and 134 steps of exactly 1 ms (before: 3 x 134
+    steps of 0.995 ms). Interrupted after the first segment and resumed, it is the same run."""
+    argv = ["run", "pendulum", "--t1", "0.4", "--segments", "3", "--quiet", "--no-plot"]
     _partial(tmp_path, monkeypatch, argv)
     assert cli.main(argv + ["--out", str(tmp_path), "--resume"]) == 0
     traj, meta = Trajectory.load(tmp_path / "pendulum.npz")
-    assert meta["chunks"] == 3 and meta["dt"] == 1e-3 and int(traj.n_steps) == 400
+    assert meta["segments"] == 3 and meta["dt"] == 1e-3 and int(traj.n_steps) == 400
     k = traj.ts / 1e-3
     np.testing.assert_allclose(k, np.round(k), rtol=0, atol=1e-9)  # every save on a step of dt
     assert np.all(np.diff(traj.ts) > 0) and traj.ts[-1] == 0.4
@@ -107,37 +119,37 @@ def test_chunks_that_do_not_divide_the_steps_keep_dt(tmp_path, monkeypatch, refe
     np.testing.assert_allclose(traj.xs, reference.xs[on_grid], rtol=0, atol=1e-12)
 
 
-def test_default_chunks_bound_the_steps_per_chunk_and_the_saved_points():
+def test_default_segments_bound_the_steps_per_segment_and_the_saved_points():
     steps = 10**9  # diffmb run pendulum --dt 1e-9 --t1 1
-    n = cli.default_chunks(1.0, 1e-9)
-    assert math.ceil(steps / n) <= cli.run.MAX_STEPS_PER_CHUNK
+    n = cli.default_segments(1.0, 1e-9)
+    assert math.ceil(steps / n) <= resumable.MAX_STEPS_PER_SEGMENT
     cfg = cli.RunConfig(name="p", system=None, params=None, values={}, t1=1.0, dt=1e-9, solver="rk4",
                         rtol=1e-8, atol=1e-10, stabilization="none", out=Path("."), json_path=None,
-                        plot=False, quiet=True, chunks=n, chunks_given=False, resume=False)
-    s = cli.run._chunk_settings(cfg)
-    assert s["saveat"] == 2  # each chunk keeps its start and end only
+                        plot=False, quiet=True, segments=n, segments_given=False, resume=False)
+    s = resumable.segment_settings(cfg.plan)
+    assert s["saveat"] == 2  # each segment keeps its start and end only
     assert n * (s["saveat"] - 1) + 1 <= 20001  # points saved by the whole run
     assert s["max_steps"] >= math.ceil(steps / n)
-    # short runs are chunked as before (about 1000 steps a chunk, at most 20 chunks)
-    assert [cli.default_chunks(t1, 1e-3) for t1 in (0.5, 10.0, 1000.0)] == [1, 10, 20]
+    # short runs are segmented as before (about 1000 steps a segment, at most 20 segments)
+    assert [cli.default_segments(t1, 1e-3) for t1 in (0.5, 10.0, 1000.0)] == [1, 10, 20]
 
 
-def test_a_billion_step_run_says_so_and_stops_after_one_short_chunk(tmp_path, monkeypatch, capsys):
+def test_a_billion_step_run_says_so_and_stops_after_one_short_segment(tmp_path, monkeypatch, capsys):
     _interrupt_after(monkeypatch, 0)
-    monkeypatch.setattr(cli.run, "ESTIMATE_AFTER_S", 0.0)  # say it even when the chunk is fast
+    monkeypatch.setattr(cli.run, "ESTIMATE_AFTER_S", 0.0)  # say it even when the segment is fast
     argv = ["run", "pendulum", "--dt", "1e-9", "--t1", "1", "--no-plot", "--out", str(tmp_path)]
     assert cli.main(argv) == 130
     err = capsys.readouterr().err
     assert "1,000,000,000 steps of 1e-09 s" in err
-    assert "the first chunk took" in err and "to go" in err
+    assert "the first segment took" in err and "to go" in err
     part, meta = Trajectory.load(tmp_path / "pendulum.partial.npz")
-    assert meta["chunks"] * cli.run.MAX_STEPS_PER_CHUNK >= 10**9 and meta["chunks_done"] == 1
-    assert int(part.n_steps) == 10**9 // meta["chunks"] and len(part.ts) == 2
-    assert float(part.t_final) == pytest.approx(1.0 / meta["chunks"], rel=1e-12)
+    assert meta["segments"] * resumable.MAX_STEPS_PER_SEGMENT >= 10**9 and meta["segments_done"] == 1
+    assert int(part.n_steps) == 10**9 // meta["segments"] and len(part.ts) == 2
+    assert float(part.t_final) == pytest.approx(1.0 / meta["segments"], rel=1e-12)
 
 
 def test_a_short_run_prints_its_step_count_but_no_estimate(tmp_path, capsys):
-    assert cli.main(["run", "pendulum", "--t1", "0.4", "--chunks", "4", "--no-plot", "--out", str(tmp_path)]) == 0
+    assert cli.main(["run", "pendulum", "--t1", "0.4", "--segments", "4", "--no-plot", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "400 steps of 0.001 s" in err and "to go" not in err
 
@@ -159,7 +171,7 @@ def _stop_before_running(monkeypatch, capsys, seen):
     def stub(cfg, start=None):
         seen.append((capsys.readouterr().err, cfg))  # what was said before any simulation
         return cli.RunResult(interrupted=True)
-    monkeypatch.setattr(cli.run, "run_chunks", stub)
+    monkeypatch.setattr(cli.run, "run_segments", stub)
 
 
 def _stand_in(path, meta):
@@ -177,10 +189,10 @@ def test_an_output_of_another_model_file_with_the_same_stem_is_warned_about(tmp_
     sc = scenarios.get(args.scenario, closures=args.closures)
     cfg = cli.RunConfig(name=sc.name, system=None, params=None, values=sc.resolve({}), t1=sc.t1, dt=sc.dt,
                         solver=sc.solver, rtol=sc.rtol, atol=sc.atol, stabilization=sc.stabilization,
-                        out=tmp_path, json_path=None, plot=True, quiet=False, chunks=5, chunks_given=False,
+                        out=tmp_path, json_path=None, plot=True, quiet=False, segments=5, segments_given=False,
                         resume=False, model=cli.run.model_source(args))
     assert "fourbar.urdf" in cfg.model and "--closures" in cfg.model and "fourbar_loops.json" in cfg.model
-    _stand_in(tmp_path / "fourbar.npz", cfg.meta(complete=True, chunks_done=5))
+    _stand_in(tmp_path / "fourbar.npz", cfg.meta(complete=True, segments_done=5))
     seen = []
     _stop_before_running(monkeypatch, capsys, seen)
     xml = ["run", str(ROOT / "examples/fourbar.xml"), "--out", str(tmp_path), "--quiet"]
@@ -189,7 +201,7 @@ def test_an_output_of_another_model_file_with_the_same_stem_is_warned_about(tmp_
     assert len(warn) == 1, seen
     assert str(tmp_path / "fourbar.npz") in warn[0] and "fourbar.urdf" in warn[0] and "fourbar.xml" in warn[0]
     assert "another --out" in warn[0]
-    _stand_in(tmp_path / "fourbar.npz", seen[0][1].meta(complete=True, chunks_done=1))  # the MJCF run's
+    _stand_in(tmp_path / "fourbar.npz", seen[0][1].meta(complete=True, segments_done=1))  # the MJCF run's
     assert cli.main(xml + ["--t1", "0.5"]) == 130  # the same model again (another horizon): no warning
     assert "warning" not in seen[1][0]
 
@@ -197,7 +209,7 @@ def test_an_output_of_another_model_file_with_the_same_stem_is_warned_about(tmp_
 def test_an_old_partial_without_the_model_is_refused_cleanly_on_resume(tmp_path, capsys):
     argv = ["run", str(ROOT / "examples/fourbar.xml"), "--out", str(tmp_path), "--quiet", "--no-plot"]
     cfg = cli.run.resolve(cli.build_parser().parse_args(argv))
-    meta = cfg.meta(complete=False, chunks_done=1)
+    meta = cfg.meta(complete=False, segments_done=1)
     del meta["model"]  # written before the model's file was recorded
     _stand_in(tmp_path / "fourbar.partial.npz", meta)
     assert cli.main(argv + ["--resume"]) == 2
@@ -205,13 +217,13 @@ def test_an_old_partial_without_the_model_is_refused_cleanly_on_resume(tmp_path,
     assert "does not match" in line and "model" in line and "--discard" in line
 
 
-def test_the_refusal_does_not_count_an_automatic_chunk_count_as_a_difference(tmp_path, monkeypatch, capsys):
-    """--resume without --chunks continues with the partial's chunk count, so a plain re-run
-    without --chunks is told that --resume would continue it."""
-    _partial(tmp_path, monkeypatch)  # --chunks 4; the automatic count for 0.4 s is 1
+def test_the_refusal_does_not_count_an_automatic_segment_count_as_a_difference(tmp_path, monkeypatch, capsys):
+    """--resume without --segments continues with the partial's segment count, so a plain re-run
+    without --segments is told that --resume would continue it."""
+    _partial(tmp_path, monkeypatch)  # --segments 4; the automatic count for 0.4 s is 1
     capsys.readouterr()
     argv = ["run", "pendulum", "--t1", "0.4", "--quiet", "--no-plot", "--out", str(tmp_path)]
     assert cli.main(argv) == 2
     assert "there" not in _one_error_line(capsys)
     assert cli.main(argv + ["--resume"]) == 0
-    assert Trajectory.load(tmp_path / "pendulum.npz")[1]["chunks"] == 4
+    assert Trajectory.load(tmp_path / "pendulum.npz")[1]["segments"] == 4

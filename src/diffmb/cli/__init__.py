@@ -1,7 +1,8 @@
 """The ``diffmb`` command line, one module per command.
 
 ``diffmb list``                      the registered scenarios (:mod:`.listing`)
-``diffmb run SCENARIO|FILE ...``     simulate; npz / CSV / JSON / plots (:mod:`.run`)
+``diffmb run SCENARIO|FILE ...``     simulate in resumable segments (:mod:`diffmb.resumable`);
+                                     npz / CSV / JSON / plots (:mod:`.run`)
 ``diffmb linearize SCENARIO``        a tensegrity's linearization and norms (:mod:`.linearize`)
 ``diffmb synth | tune | fit | sweep`` the design tools (:mod:`.synth`, :mod:`.tune`,
                                      :mod:`.fit`, :mod:`.sweep`)
@@ -9,7 +10,8 @@
 ``diffmb view RUN.npz``              a run in 3-D, one self-contained web page (:mod:`.view`)
 
 Each command module has ``add_parser(sub)`` and ``main(args) -> exit code``; what they
-share (one-line errors, ``--set`` parsing, output checks, the run-settings resolver) is in
+share (one-line errors, ``--set`` parsing, output checks, the run-settings resolver, the
+common flags and the vocabulary they follow, the deprecated spellings) is in
 :mod:`._common`. Bad input is one line on stderr and exit code 2; warnings print as one
 line each; Ctrl-C exits 130.
 """
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from .. import __version__
 from . import _common, fit, linearize, listing, reconfig, run, sweep, synth, tune, view
 from ._common import Parser, UsageError, fail
-from .run import RunConfig, RunResult, default_chunks, report  # noqa: F401  (the run's public pieces)
+from .run import RunConfig, RunResult, default_segments, report  # noqa: F401  (the run's public pieces)
 
 #: In ``diffmb --help`` order.
 COMMANDS = {"list": listing, "run": run, "linearize": linearize, "synth": synth, "tune": tune,
@@ -61,6 +63,7 @@ def main(argv=None) -> int:
 
 def _main(argv=None) -> int:
     parser = build_parser()
+    _common.take_deprecations()  # this command line's own
     try:
         args = parser.parse_args(argv)
     except UsageError as e:
@@ -70,4 +73,7 @@ def _main(argv=None) -> int:
     if args.command not in COMMANDS:
         parser.print_help(sys.stderr)
         return 2
-    return COMMANDS[args.command].main(args)
+    try:
+        return COMMANDS[args.command].main(args)
+    finally:
+        _common.say_deprecations()  # unless an error line said them

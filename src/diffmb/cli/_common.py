@@ -1,8 +1,24 @@
 """What every command shares: one-line errors, ``--set`` parsing, output checks, JSON
-writing, the run-settings resolver and the scenario arguments.
+writing, the run-settings resolver, the common flags and the deprecated spellings.
 
 Bad input is a :class:`UsageError` (or a ``ValueError`` from the library) reported as one
 line on stderr with exit code 2 (:func:`fail`, :func:`one_line_errors`).
+
+The vocabulary every command speaks (a flag means one thing wherever it is accepted):
+
+``--out DIR``          an output folder (run, reconfig: default ``out``; sweep: its Parquet store)
+``--json FILE``        the result as JSON (every command)
+``--csv FILE``, ``--npz FILE``, ``--html FILE``, ``--plot FILE``, ...  one output file, named by its format
+``--quiet``            print nothing but warnings and errors (every command)
+``--stabilization``    the constraint stabilization, wherever a command builds a System
+``--set``, ``--closures``, ``--key``   the scenario (or model file) and its values
+``--iterations N``     optimiser iterations (tune, fit)
+``--segments N``       a run split into N resumable time segments (run)
+``--chunk-size N``     members per compiled batch call (sweep)
+``--resume``           continue what ``--out DIR`` holds (run, sweep)
+
+Old spellings stay one release (:func:`deprecated`): they still work and say, once, on
+stderr, which spelling replaces them.
 """
 
 from __future__ import annotations
@@ -31,7 +47,7 @@ pending_interrupt: Callable = lambda: False
 @contextlib.contextmanager
 def interrupts():
     """Yields ``interrupted()``: whether a Ctrl-C arrived. The first Ctrl-C only sets the
-    flag, which long commands check between chunks, iterations or optimiser steps (a
+    flag, which long commands check between segments, chunks, iterations or optimiser steps (a
     signal that arrives while XLA runs is otherwise delivered inside a host callback,
     where it can be swallowed); they then stop, keep what they finished and exit 130. A
     second Ctrl-C interrupts at once."""
@@ -68,15 +84,69 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse, with errors as :class:`UsageError` and flags spelled whole: a prefix
+    (``--out`` for linearize's ``--outputs``, ``--chunk`` for run's old ``--chunks``) would
+    give a word two meanings."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line instead of usage + message
         raise UsageError(message)
 
 
 def fail(err) -> int:
-    """Print ``err`` as one line (``diffmb: error: ...``); exit code 2."""
+    """Print ``err`` as one line (``diffmb: error: ...``, with any deprecated spelling the
+    command line used said at its end); exit code 2."""
     msg = " ".join(str(err).split()) or type(err).__name__
+    notes = take_deprecations()
+    if notes:
+        msg += " [" + "; ".join(f"DeprecationWarning: {n}" for n in notes) + "]"
     print(f"diffmb: error: {msg}", file=sys.stderr)
     return 2
+
+
+# --------------------------------------------------------------------------- deprecated spellings
+#: The deprecated spellings this command line used, said once: at the end of the error
+#: line when the command fails (bad input stays one line, whenever it is found), else on
+#: stderr, one line each, when the command ends.
+_deprecations: list[str] = []
+
+
+def take_deprecations() -> list[str]:
+    notes = list(dict.fromkeys(_deprecations))
+    _deprecations.clear()
+    return notes
+
+
+def say_deprecations():
+    """Print the deprecated spellings used so far, one line each (even with ``--quiet``)."""
+    for note in take_deprecations():
+        print(f"diffmb: DeprecationWarning: {note}", file=sys.stderr)
+
+
+class Deprecated(argparse.Action):
+    """An old spelling, kept one release: stores its value where the new spelling does and
+    notes ``OLD is deprecated, use NEW``. ``route(value) -> (new flag, dest)`` picks the
+    new spelling by the value (``synth --out X.npz`` is ``--npz X.npz``)."""
+
+    def __init__(self, option_strings, dest, *, new: str, route: Callable | None = None, **kwargs):
+        kwargs.setdefault("default", argparse.SUPPRESS)  # the new spelling's default stands
+        super().__init__(option_strings, dest, **kwargs)
+        self.new, self.route = new, route
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        new, dest = self.route(values) if self.route is not None else (self.new, self.dest)
+        _deprecations.append(f"{option_string} is deprecated, use {new} (the old spelling goes in the "
+                             f"next release)")
+        setattr(namespace, dest, values)
+
+
+def deprecated(p, old: str, new: str, *, dest: str | None = None, route: Callable | None = None, **kwargs):
+    """Accept ``old`` as a hidden alias of ``new`` (dest: ``new``'s unless given)."""
+    dest = dest or new.lstrip("-").replace("-", "_")
+    p.add_argument(old, action=Deprecated, new=new, dest=dest, route=route, help=argparse.SUPPRESS, **kwargs)
 
 
 def one_line_errors(command: Callable) -> Callable:
@@ -159,12 +229,12 @@ def check_plot(flag: str, path: Path):
 
 def check_kept(args, *flags: str):
     """Refuse ``--quiet`` when nothing would keep the result: it prints nothing, so the
-    command needs ``--json`` or one of ``flags`` (e.g. ``--csv``)."""
+    command needs ``--json`` or one of ``flags`` (``"--csv FILE"``, ``"--out DIR"``)."""
     if not getattr(args, "quiet", False) or getattr(args, "json", None) is not None:
         return
-    if any(getattr(args, f.lstrip("-").replace("-", "_"), None) is not None for f in flags):
+    if any(getattr(args, f.split()[0].lstrip("-").replace("-", "_"), None) is not None for f in flags):
         return
-    ways = " or ".join(["--json PATH"] + [f"{f} PATH" for f in flags])
+    ways = " or ".join(("--json FILE",) + flags)
     raise UsageError(f"--quiet prints nothing, and without {ways} the result would be thrown away; "
                      f"give {ways}, or drop --quiet")
 
@@ -225,11 +295,24 @@ def table(rows, header=None) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def scenario_args(p):
-    """The positional ``SCENARIO`` and the repeatable ``--set NAME=VALUE`` every command takes."""
-    p.add_argument("scenario", metavar="SCENARIO")
+def scenario_args(p, *, model_files: bool = False):
+    """The positional ``SCENARIO`` and the repeatable ``--set NAME=VALUE`` every command takes
+    (``model_files``: SCENARIO may be a .urdf / MJCF .xml / .fold file: ``--closures``, ``--key``)."""
+    p.add_argument("scenario", metavar="SCENARIO|MODEL-FILE" if model_files else "SCENARIO")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
                    help="override a scenario parameter (repeatable)")
+    if model_files:
+        p.add_argument("--closures", metavar="LOOPS.json",
+                       help="with a .urdf model: a loop file (closures and the initial state)")
+        p.add_argument("--key", metavar="NAME", help="with an MJCF (.xml) model: the keyframe to start from "
+                       "(default: the first)")
+
+
+def scenario_of(args):
+    """The command's scenario (or model file, with ``--closures`` / ``--key``)."""
+    from .. import scenarios
+
+    return scenarios.get(args.scenario, closures=getattr(args, "closures", None), key=getattr(args, "key", None))
 
 
 def run_args(p, *, help_dt="fixed step [s]", horizon=True):
@@ -243,15 +326,37 @@ def run_args(p, *, help_dt="fixed step [s]", horizon=True):
     p.add_argument("--atol", type=float, metavar="X", help="absolute tolerance (adaptive)")
 
 
+def stabilization_arg(p):
+    """``--stabilization``: every command that builds a System."""
+    p.add_argument("--stabilization", choices=STABILIZATIONS, default=None,
+                   help="constraint stabilization (scenarios with constraints; default: the scenario's)")
+
+
+def out_arg(p, *, default: str | None = DEFAULT_OUT, help: str = "output folder"):
+    """``--out DIR``: a command's output folder."""
+    p.add_argument("--out", type=Path, default=None if default is None else Path(default), metavar="DIR",
+                   help=help + (f" (default: {default})" if default is not None else ""))
+
+
+def json_arg(p, what: str = "the result"):
+    """``--json FILE``: every command."""
+    p.add_argument("--json", type=Path, metavar="FILE", help=f"write {what} as JSON")
+
+
+def quiet_arg(p, what: str = "no progress output, no summary"):
+    """``--quiet``: every command (warnings and errors are still said)."""
+    p.add_argument("--quiet", action="store_true", help=what)
+
+
 def design_args(p, *, run=True, horizon=True):
     """What the design commands (synth, tune, fit, sweep) share (``horizon=False``: no
     ``--t1``, for fit, whose horizon is the records')."""
-    scenario_args(p)
-    p.add_argument("--stabilization", choices=STABILIZATIONS, default=None)
+    scenario_args(p, model_files=True)
+    stabilization_arg(p)
     if run:
         run_args(p, horizon=horizon)
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    json_arg(p)
+    quiet_arg(p)
 
 
 def emit(args, obj, lines):

@@ -1,5 +1,5 @@
 """``diffmb fit SCENARIO --data A.csv [--data B.csv ...] [--sensors S.json] --params K,c[,t_offset,...]
-[--shooting S] [--iterations N] [--bound t_offset=S] [--plot PNG] [--json PATH]`` -> fitted
+[--shooting S] [--iterations N] [--bound t_offset=S] [--plot FILE] [--json FILE]`` -> fitted
 values with standard errors (noise-only and scaled by the reduced chi-square, and which is
 shown), a residual report per record and sensor (in the sensors' units), a chi-square
 goodness-of-fit test per sensor, and warnings where a value is not to be trusted (at a
@@ -14,7 +14,6 @@ import math
 import sys
 from pathlib import Path
 
-from .. import scenarios
 from ..data import default_columns
 from ..fit import fit
 from ..fit_residual import NUISANCE_BOUNDS
@@ -33,6 +32,7 @@ from ._common import (
     one_line_errors,
     parse_sets,
     run_settings,
+    scenario_of,
     stop_if_interrupted,
     system_of,
 )
@@ -60,7 +60,8 @@ def add_parser(sub):
     f.add_argument("--bound", action="append", default=[], metavar="KIND=W", dest="bounds",
                    help="half-width of a nuisance parameter's range: offset=M, bias=RAD_S, "
                         "t_offset=S (repeatable)")
-    f.add_argument("--plot", type=Path, metavar="PNG", help="measured vs fitted outputs per sensor and record")
+    f.add_argument("--plot", type=Path, metavar="FILE", help="measured vs fitted outputs per sensor and record "
+                   "(an image: .png, .pdf, .svg, ...)")
 
 
 def _bounds(items) -> dict:
@@ -96,7 +97,7 @@ def main(args) -> int:
                              f"twice would halve the standard errors")
         seen[key] = path
     bounds = _bounds(args.bounds)
-    sc = scenarios.get(args.scenario)
+    sc = scenario_of(args)
     st = run_settings(args, sc)
     params = names(args.params)
     system = system_of(sc, args)

@@ -1,15 +1,25 @@
-"""``diffmb linearize SCENARIO [--set k=v] [--json PATH]``: a tensegrity scenario about its
-static equilibrium (Hsu et al. sections 2.5, 3.3): minimal realization, eigenvalues, H2
-and H-infinity norms."""
+"""``diffmb linearize SCENARIO [--set k=v] [--stabilization S] [--json FILE] [--quiet]``: a
+tensegrity scenario about its static equilibrium (Hsu et al. sections 2.5, 3.3): minimal
+realization, eigenvalues, H2 and H-infinity norms."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from .. import scenarios
 from ..formulations.tensegrity import TensegritySystem
 from ..formulations.tensegrity.linear import linearize_report
-from ._common import UsageError, check_outputs, one_line_errors, parse_sets, scenario_args, table, write_json
+from ._common import (
+    UsageError,
+    check_kept,
+    check_outputs,
+    json_arg,
+    one_line_errors,
+    parse_sets,
+    quiet_arg,
+    scenario_args,
+    stabilization_arg,
+    table,
+    write_json,
+)
 
 
 def add_parser(sub):
@@ -17,7 +27,9 @@ def add_parser(sub):
         "Linearize a tensegrity scenario about its static equilibrium (Hsu et al. sections 2.5, "
         "3.3): minimal realization, eigenvalues, H2 and H-infinity norms."))
     scenario_args(lz)
-    lz.add_argument("--json", type=Path, metavar="PATH", help="write {A_shape, eigenvalues, h2_norm, hinf_norm} here")
+    stabilization_arg(lz)
+    json_arg(lz, "{A_shape, eigenvalues, h2_norm, hinf_norm}")
+    quiet_arg(lz, "print nothing (give --json FILE)")
     # checked by tensegrity.linear.io_matrices (one list of names; an unknown one exits 2)
     lz.add_argument("--inputs", default="force_densities", metavar="force_densities|forces",
                     help="norm inputs: string/bar force densities (the paper's B_u) or node forces (B_f)")
@@ -28,8 +40,9 @@ def add_parser(sub):
 @one_line_errors
 def main(args) -> int:
     check_outputs(json_path=args.json)
+    check_kept(args)
     sc = scenarios.get(args.scenario)
-    system, params, _ = sc.make(parse_sets(args.sets))
+    system, params, _ = sc.make(parse_sets(args.sets), args.stabilization)
     if not isinstance(system, TensegritySystem):
         raise UsageError(f"scenario {sc.name!r} is not a tensegrity scenario; linearize supports "
                          f"{', '.join(n for n in sorted(scenarios.REGISTRY) if 'tbar' in n or 'tensegrity' in n)}")
@@ -41,5 +54,6 @@ def main(args) -> int:
             ("H2 norm", fmt(obj["h2_norm"])), ("Hinf norm", fmt(obj["hinf_norm"]))]
     if obj.get("norms_infinite_because"):
         rows.append(("why inf", obj["norms_infinite_because"]))
-    print(table(rows))
+    if not args.quiet:
+        print(table(rows))
     return 0

@@ -1,20 +1,23 @@
-"""``diffmb reconfig SCENARIO [--set k=v] [--json PATH] [--out DIR]``: the reconfiguration
-graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV), as GraphML and a picture.
-Ctrl-C stops after the node being explored and writes the graph found so far (exit 130)."""
+"""``diffmb reconfig SCENARIO [--set k=v] [--json FILE] [--out DIR] [--quiet]``: the
+reconfiguration graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV), as GraphML
+and a picture. It takes no ``--stabilization``: the explorer's problem fixes Baumgarte
+(its event root finds need a dense output, which projection would snap). Ctrl-C stops
+after the node being explored and writes the graph found so far (exit 130)."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from .. import reconfig, scenarios
 from ._common import (
-    DEFAULT_OUT,
     INTERRUPTED,
     check_outputs,
     interrupts,
+    json_arg,
     one_line_errors,
+    out_arg,
     parse_sets,
+    quiet_arg,
     scenario_args,
     stop_if_interrupted,
     table,
@@ -26,9 +29,9 @@ def add_parser(sub):
         "Explore the reconfiguration graph of a Udwadia-Kalaba scenario (Shoer & Peck section IV): "
         "writes <out>/<scenario>.graphml and .png; --json writes {nodes, edges, graph_file}."))
     scenario_args(rc)
-    rc.add_argument("--json", type=Path, metavar="PATH", help="write the graph as JSON here")
-    rc.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
-                    help=f"output folder (default: {DEFAULT_OUT})")
+    out_arg(rc, help="output folder: <out>/<scenario>.graphml and .png")
+    json_arg(rc, "the graph")
+    quiet_arg(rc, "no summary table")
 
 
 @one_line_errors
@@ -40,9 +43,10 @@ def main(args) -> int:
     with interrupts() as interrupted:
         obj = reconfig.run(sc, out=args.out, json_path=args.json,
                            overrides={k: overrides[k] for k in parse_sets(args.sets)}, stop=interrupted)
-    print(table([("nodes", str(len(obj["nodes"]))), ("edges", str(len(obj["edges"]))),
-                 ("rejected", ", ".join(f"{k} {v}" for k, v in obj["rejected"].items()) or "none"),
-                 ("graph", str(obj["graph_file"]))]))
+    if not args.quiet:
+        print(table([("nodes", str(len(obj["nodes"]))), ("edges", str(len(obj["edges"]))),
+                     ("rejected", ", ".join(f"{k} {v}" for k, v in obj["rejected"].items()) or "none"),
+                     ("graph", str(obj["graph_file"]))]))
     if obj["unexplored"]:
         print(f"diffmb: interrupted; the graph found so far is written ({len(obj['nodes'])} nodes, "
               f"{obj['unexplored']} of them not explored)", file=sys.stderr)

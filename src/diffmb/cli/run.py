@@ -2,44 +2,28 @@
 
 How a run works
 ---------------
-The horizon ``[0, t1]`` is split into ``N`` chunks. Every chunk is one jitted
-:func:`~diffmb.integrate.simulate` call with the same save-point count and the same
-``max_steps``; ``t0``, ``t1``, the save times and ``x0`` are passed as numbers, so only the
-first chunk compiles.
-
-Fixed-step solvers take ``n = t1 / dt`` steps of exactly ``dt`` (when ``t1`` is not a whole
-number of steps: ``ceil(t1 / dt)`` equal steps of ``t1 / n``, as :func:`simulate` does).
-The chunking never changes the step: chunk ``k`` holds the steps ``floor(k n / N)`` to
-``floor((k+1) n / N)``, a whole number of steps, so when ``N`` does not divide ``n`` the
-chunks differ by one step. ``--chunks`` above ``n`` is refused (a chunk needs a step).
-Default ``N``: about ``STEPS_PER_CHUNK`` (1000) steps a chunk, at most
-``MAX_DEFAULT_CHUNKS`` (20) chunks, and never more than ``MAX_STEPS_PER_CHUNK``
-(50 000) steps a chunk however many chunks that takes (a count that divides ``n`` within
-2x is preferred, for equal chunks). A Ctrl-C is honoured between chunks, so that bound is
-the longest wait: 0.4 s of a pendulum's RK4 steps, ~10 s of a 4x4 map fold's; the
-1e9 steps of ``--t1 1 --dt 1e-9`` make 20 000 chunks. Saved points: every step while the
-run has at most ``SAVE_INTERVALS`` (20 000) steps; beyond that ``SAVE_INTERVALS / N``
-save intervals a chunk, each a whole number of steps (equal ones when a divisor of the
-chunk's steps allows), and at least the chunk's two ends: at most
-``max(SAVE_INTERVALS, N) + 1`` points in all, every one at the end of a step of ``dt``.
-Adaptive solvers: 20 chunks by default (their step count is not known ahead), each of
-equal length with ``1000 / N + 1`` (at least 11) save points.
+The run is :mod:`diffmb.resumable`'s: the horizon is split into ``--segments N`` time
+segments (default: about 1000 steps a segment, at most 20 segments, never more than
+50 000 steps a segment), each a whole number of steps of ``dt``, one compilation for them
+all; the step never changes with the segmenting, and ``--segments`` above the step count
+is refused (a segment needs a step). That module says how the segments and the saved
+points are laid out.
 
 Before compiling, the run says (stderr, unless ``--quiet``) how many steps of which size
-it takes in how many chunks; after the first chunk, when more than ``ESTIMATE_AFTER_S``
-(10 s) seem to be left, how long the first chunk took and about how long the rest will.
+it takes in how many segments; after the first segment, when more than
+``ESTIMATE_AFTER_S`` (10 s) seem to be left, how long the first segment took and about how
+long the rest will.
 
-After the first chunk, and then after any chunk that ends at least ``PARTIAL_EVERY_S``
-(1 s) after the last write, the run so far is written atomically to
-``<out>/<scenario>.partial.npz`` (``complete=False`` in its metadata). Ctrl-C keeps that
-file, brought up to the last finished chunk (exit code 130; the chunk in flight finishes
-first, a second Ctrl-C stops at once) and ``--resume`` continues from it when its
-scenario, model file, parameters, solver, dt, t1 (and stabilization, rtol, atol and chunk
-count) match; when they do not, ``--resume`` is refused (exit 2, naming what differs)
-unless ``--discard`` is also given (then it starts fresh). A partial file is never
-replaced unasked: a run into a folder that holds one, given neither ``--resume`` nor
-``--discard``, is refused before any work (exit 2), naming the file, the time it holds
-and both ways on; ``--discard`` alone removes it and starts fresh.
+After the first segment, and then at most once a second, the run so far is written to
+``<out>/<scenario>.partial.npz``. Ctrl-C keeps that file, brought up to the last finished
+segment (exit code 130; the segment in flight finishes first, a second Ctrl-C stops at
+once) and ``--resume`` continues from it when its scenario, model file, parameters,
+solver, dt, t1 (and stabilization, rtol, atol and segment count) match; when they do not,
+``--resume`` is refused (exit 2, naming what differs) unless ``--discard`` is also given
+(then it starts fresh). A partial file is never replaced unasked: a run into a folder
+that holds one, given neither ``--resume`` nor ``--discard``, is refused before any work
+(exit 2), naming the file, the time it holds and both ways on; ``--discard`` alone
+removes it and starts fresh.
 
 Output paths are checked before any work. At the end ``<out>/<scenario>.npz``
 (``complete=True``), ``<out>/<scenario>.csv`` and the plots ``<out>/<scenario>_*.png``
@@ -49,20 +33,20 @@ When ``<out>/<scenario>.npz`` already holds the run of another
 scenario, model file (two files with one stem: ``fourbar.urdf``, ``fourbar.xml``) or other
 parameters, one warning line says so before any work (it is still replaced: give another
 ``--out`` to keep both); a re-run of the same case (whatever its t1, dt or solver)
-replaces it quietly. A chunk that ends with an event or a divergence stops the run: what
-was computed is kept and written as usual.
+replaces it quietly. A segment that ends with an event or a divergence stops the run:
+what was computed is kept and written as usual.
 
-Timing: ``compile_s`` is the ahead-of-time compile of the chunk (trace, lower, XLA
+Timing: ``compile_s`` is the ahead-of-time compile of the segment (trace, lower, XLA
 compile: :func:`~diffmb.integrate.compile_simulation`), done once before the first
-chunk; ``wall_s`` is the time of the compiled chunks, i.e. the simulation alone. Nothing
-is run twice. File writing and plotting are not included. After ``--resume`` both cover
-only this process, while ``steps`` counts the whole trajectory.
+segment; ``wall_s`` is the time of the compiled segments, i.e. the simulation alone.
+Nothing is run twice. File writing and plotting are not included. After ``--resume``
+both cover only this process, while ``steps`` counts the whole trajectory.
 
 Status: ``success`` (reached ``t1``), ``suspect`` (reached ``t1``, but the energy or
 angular momentum jumped in one save interval: :mod:`diffmb.health`; the JSON's
 ``warnings`` say where and by how much, and they are printed), ``event`` (a termination event stopped it) or
 ``diverged`` (non-finite state, violation above bound, step-size collapse — and also
-diffrax's ``max_steps``, which a fixed-step chunk never reaches and an adaptive chunk
+diffrax's ``max_steps``, which a fixed-step segment never reaches and an adaptive segment
 reaches only when its step size has collapsed). Exit code 0 for ``success``,
 ``suspect`` and ``event``, 1 for ``diverged``, 2 for bad input, 130 when interrupted.
 """
@@ -70,83 +54,68 @@ reaches only when its step size has collapsed). Exit code 0 for ``success``,
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import jax
-import numpy as np
 from tqdm.auto import tqdm
 
-from .. import health, scenarios, trajectory
-from ..integrate import FIXED_SOLVERS, compile_simulation
+from .. import health, resumable, scenarios, trajectory
+from ..integrate import FIXED_SOLVERS
+from ..resumable import (
+    PartialRunExists,
+    ResumeMismatch,
+    SegmentedRun as RunResult,
+    Start,
+    default_segments,
+    fixed_steps,
+)
 from ..scenarios.origami import outlines
-from ..system import STABILIZATIONS
-from ..trajectory import Trajectory, concatenate
 from . import _common
 from ._common import (
-    DEFAULT_OUT,
     UsageError,
     check_outputs,
+    deprecated,
     fail,
     finite,
+    json_arg,
+    out_arg,
     parse_sets,
+    quiet_arg,
     run_args,
     run_settings,
     scenario_args,
+    scenario_of,
+    stabilization_arg,
     table,
     write_json,
 )
 
-#: Default chunking of fixed-step runs (module docstring): about STEPS_PER_CHUNK steps a
-#: chunk, at most MAX_DEFAULT_CHUNKS chunks, but never more than MAX_STEPS_PER_CHUNK steps
-#: a chunk (the longest a Ctrl-C waits: 0.4 s of a pendulum's RK4 steps, ~10 s of a 4x4
-#: map fold's at 0.2 ms a step, on the 2-core reference machine).
-STEPS_PER_CHUNK = 1000
-MAX_DEFAULT_CHUNKS = 20
-MAX_STEPS_PER_CHUNK = 50_000
-#: Save intervals of a whole fixed-step run (or one a chunk, when it has more chunks).
-SAVE_INTERVALS = 20_000
-ADAPTIVE_SAVE_POINTS = 1000
-#: After the first chunk, the remaining wall time is estimated when it is at least this.
+#: After the first segment, the remaining wall time is estimated when it is at least this.
 ESTIMATE_AFTER_S = 10.0
-#: The partial file is rewritten after a chunk when this long has passed since the last write.
-PARTIAL_EVERY_S = 1.0
-
-#: Test seam: when set, called as ``_after_chunk(index, trajectory_so_far)`` after chunk
-#: ``index`` (0-based) has been run (a KeyboardInterrupt it raises is a Ctrl-C).
-_after_chunk: Callable | None = None
 
 
 def add_parser(sub):
     r = sub.add_parser("run", help="simulate a scenario", description=(
-        "Simulate a scenario (defaults from the scenario; see `diffmb list`). Writes "
-        "<out>/<scenario>.npz, .csv and plots; --json writes a summary."))
-    scenario_args(r)
-    r.add_argument("--closures", metavar="LOOPS.json",
-                   help="with a .urdf model: a loop file (closures and the initial state)")
-    r.add_argument("--key", metavar="NAME", help="with an MJCF (.xml) model: the keyframe to start from "
-                   "(default: the first)")
+        "Simulate a scenario (defaults from the scenario; see `diffmb list`) in resumable time "
+        "segments. Writes <out>/<scenario>.npz, .csv and plots; --json writes a summary."))
+    scenario_args(r, model_files=True)
     run_args(r, help_dt="step [s] (fixed-step solvers) or first step (adaptive)")
-    r.add_argument("--stabilization", choices=STABILIZATIONS, default=None,
-                   help="constraint stabilization (scenarios with loop closures; default: the scenario's)")
-    r.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), metavar="DIR",
-                   help=f"output folder (default: {DEFAULT_OUT})")
-    r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON summary here")
+    stabilization_arg(r)
+    out_arg(r)
+    json_arg(r, "a summary")
+    quiet_arg(r, "no progress bar, no summary table")
     r.add_argument("--no-plot", action="store_true", help="do not write plots")
     r.add_argument("--animate", action="store_true",
                    help="write <out>/<scenario>.gif, a 3-D animation (origami scenarios)")
     r.add_argument("--view", action="store_true",
                    help="write <out>/<scenario>.html, the run in 3-D as one web page (diffmb view)")
-    r.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
-    r.add_argument("--chunks", type=int, metavar="N",
-                   help="number of chunks, each a whole number of steps of dt (at most the step "
-                        "count; default: automatic, at most 50000 steps a chunk)")
+    r.add_argument("--segments", type=int, metavar="N",
+                   help="split the run into N time segments, each a whole number of steps of dt, kept "
+                        "in <out>/<scenario>.partial.npz as they finish (at most the step count; "
+                        "default: automatic, at most 50000 steps a segment)")
+    deprecated(r, "--chunks", "--segments", type=int, metavar="N")
     r.add_argument("--resume", action="store_true",
                    help="continue from <out>/<scenario>.partial.npz; refused (exit 2) when its "
                         "settings differ from this run's (add --discard to start fresh then)")
@@ -173,8 +142,8 @@ class RunConfig:
     json_path: Path | None
     plot: bool
     quiet: bool
-    chunks: int
-    chunks_given: bool
+    segments: int
+    segments_given: bool
     resume: bool
     animate: bool = False
     discard: bool = False
@@ -185,45 +154,55 @@ class RunConfig:
     model: str | None = None
 
     @property
+    def plan(self) -> resumable.Plan:
+        return resumable.Plan(t1=self.t1, dt=self.dt, solver=self.solver, rtol=self.rtol, atol=self.atol,
+                              segments=self.segments)
+
+    @property
+    def identity(self) -> dict:
+        """What the run is (its files record it, ``--resume`` compares it)."""
+        return {"scenario": self.name, "model": self.model, "parameters": self.values,
+                "stabilization": self.stabilization}
+
+    @property
     def partial_path(self) -> Path:
-        return self.out / f"{self.name}.partial.npz"
+        return resumable.partial_path(self.out, self.name)
 
     @property
     def fixed(self) -> bool:
-        return self.dt is not None and self.solver in FIXED_SOLVERS
+        return self.plan.fixed
 
     @property
     def steps(self) -> int | None:
         """The fixed steps of the whole run (None for adaptive solvers)."""
-        return fixed_steps(self.t1, self.dt) if self.fixed else None
+        return self.plan.steps
 
     def meta(self, **extra) -> dict:
-        return {"scenario": self.name, "model": self.model, "parameters": self.values,
-                "solver": self.solver, "dt": self.dt, "rtol": self.rtol, "atol": self.atol,
-                "t1": self.t1, "stabilization": self.stabilization, "chunks": self.chunks, **extra}
+        return resumable.metadata(self.plan, self.identity, **extra)
 
 
 def resolve(args) -> RunConfig:
     """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
-    sc = scenarios.get(args.scenario, closures=getattr(args, "closures", None), key=getattr(args, "key", None))
+    sc = scenario_of(args)
     stabilization = args.stabilization or sc.stabilization
     system, params, values = sc.make(parse_sets(args.sets), stabilization)
     st = run_settings(args, sc)
     t1, dt, solver = st["t1"], st["dt"], st["solver"]
-    if args.chunks is not None and args.chunks < 1:
-        raise UsageError(f"--chunks must be at least 1, got {args.chunks}")
+    if args.segments is not None and args.segments < 1:
+        raise UsageError(f"--segments must be at least 1, got {args.segments}")
     fixed = dt is not None and solver in FIXED_SOLVERS
-    if fixed and args.chunks is not None and args.chunks > fixed_steps(t1, dt):
-        raise UsageError(f"--chunks {args.chunks} is more than the {fixed_steps(t1, dt)} steps of this run "
-                         f"(t1 {t1:g} s in steps of dt {dt:g} s): a chunk holds whole steps; give at most "
-                         f"--chunks {fixed_steps(t1, dt)}, or a smaller --dt")
+    if fixed and args.segments is not None and args.segments > fixed_steps(t1, dt):
+        n = fixed_steps(t1, dt)
+        raise UsageError(f"--segments {args.segments} is more than the {n} steps of this run "
+                         f"(t1 {t1:g} s in steps of dt {dt:g} s): a segment holds whole steps; give at most "
+                         f"--segments {n}, or a smaller --dt")
     check_outputs(out_dir=args.out, json_path=args.json)
-    chunks = args.chunks or default_chunks(t1, dt if fixed else None)
+    segments = args.segments or default_segments(t1, dt if fixed else None)
     return RunConfig(
         name=sc.name, system=system, params=params, values=values, t1=t1, dt=dt,
         solver=solver, rtol=st["rtol"], atol=st["atol"], stabilization=stabilization,
         out=args.out, json_path=args.json, plot=not args.no_plot, quiet=args.quiet,
-        chunks=int(chunks), chunks_given=args.chunks is not None, resume=args.resume,
+        segments=int(segments), segments_given=args.segments is not None, resume=args.resume,
         animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
         conserved=tuple(sc.conserved(values)), model=model_source(args),
         view=bool(getattr(args, "view", False)),
@@ -241,133 +220,22 @@ def model_source(args) -> str | None:
             + (f" --key {key}" if key is not None else ""))
 
 
-def fixed_steps(t1: float, dt: float) -> int:
-    """Steps of a fixed-step run over ``[0, t1]``: :func:`simulate`'s count."""
-    return max(1, math.ceil(t1 / dt - 1e-6))
-
-
-def default_chunks(t1: float, dt: float | None) -> int:
-    """About STEPS_PER_CHUNK steps a chunk and at most MAX_DEFAULT_CHUNKS chunks, but never
-    more than MAX_STEPS_PER_CHUNK steps a chunk; a count that divides the steps (within
-    2x) is preferred. ``dt=None`` (adaptive): MAX_DEFAULT_CHUNKS."""
-    if dt is None:
-        return MAX_DEFAULT_CHUNKS
-    steps = fixed_steps(t1, dt)
-    target = max(min(math.ceil(steps / STEPS_PER_CHUNK), MAX_DEFAULT_CHUNKS),
-                 math.ceil(steps / MAX_STEPS_PER_CHUNK))
-    for n in range(target, min(2 * target, target + 10_000) + 1):  # equal chunks
-        if steps % n == 0:
-            return n
-    return target
-
-
-# --------------------------------------------------------------------------- run
-@dataclass
-class RunResult:
-    traj: object = None
-    chunks_done: int = 0
-    times: list = field(default_factory=list)
-    compile_s: float = 0.0
-    wall_s: float = 0.0
-    interrupted: bool = False
-
-
-def _boundary(cfg: RunConfig, k: int) -> tuple[int | None, float]:
-    """``(step index, time)`` where chunk ``k`` starts (``k = cfg.chunks``: the end, t1).
-    Fixed steps: a whole number of steps of ``t1 / n`` (= dt); adaptive: ``t1 k / N``."""
-    if k >= cfg.chunks:
-        return cfg.steps, cfg.t1
-    if not cfg.fixed:
-        return None, cfg.t1 * k / cfg.chunks
-    b = k * cfg.steps // cfg.chunks
-    return b, b * (cfg.t1 / cfg.steps)
-
-
-def _save_intervals(shortest: int, longest: int, chunks: int) -> int:
-    """Save intervals a fixed-step chunk keeps (module docstring): every step while the
-    run has at most SAVE_INTERVALS, else SAVE_INTERVALS / chunks (at least 1), a divisor
-    of the chunk's steps when one lies within 2x below that (equal intervals)."""
-    cap = max(1, SAVE_INTERVALS // chunks)
-    if shortest <= cap:
-        return shortest
-    if shortest == longest:
-        for d in range(cap, cap // 2, -1):
-            if shortest % d == 0:
-                return d
-    return cap
-
-
-def _chunk_settings(cfg: RunConfig) -> dict:
-    """Save-point count and max_steps, identical for every chunk (one compilation), and
-    the chunks' fixed-step counts (``steps``: the longest, ``shortest``; None if adaptive).
-
-    Each fixed-step chunk is passed the step ``(t1_k - t0_k) / S_k`` of its own ``S_k``
-    steps rather than ``dt`` itself (equal up to rounding): diffrax counts
-    ``ceil((t1 - t0) / dt)`` steps, and a chunk such as ``[0.2, 0.30000000000000004]``
-    with ``dt = 1e-3`` would otherwise take 101 steps of 0.99 ms.
-    """
-    if not cfg.fixed:
-        return {"steps": None, "shortest": None, "max_steps": None,
-                "saveat": max(11, ADAPTIVE_SAVE_POINTS // cfg.chunks + 1)}
-    longest, shortest = -(-cfg.steps // cfg.chunks), cfg.steps // cfg.chunks
-    return {"steps": longest, "shortest": shortest,
-            "saveat": _save_intervals(shortest, longest, cfg.chunks) + 1,
-            "max_steps": 1 << max(4, math.ceil(math.log2(longest + 2)))}
-
-
-def _chunk_args(cfg, settings, k, x0) -> dict:
-    (b0, t0), (b1, t1) = _boundary(cfg, k), _boundary(cfg, k + 1)
-    if settings["steps"] is None:
-        dt, saveat = cfg.dt, settings["saveat"]
-    else:  # save times on step ends: the same count in every chunk, whatever its steps
-        n = b1 - b0
-        idx = np.round(np.linspace(0, n, settings["saveat"])).astype(np.int64)
-        saveat = (b0 + idx) * (cfg.t1 / cfg.steps)
-        saveat[0], saveat[-1] = t0, t1
-        dt = (t1 - t0) / n
-    return dict(t0=t0, t1=t1, x0=x0, params=cfg.params, dt=dt, solver=cfg.solver, rtol=cfg.rtol,
-                atol=cfg.atol, saveat=saveat, max_steps=settings["max_steps"])
-
-
 def _note(cfg: RunConfig, msg: str):
     if not cfg.quiet:
         print(f"diffmb: {msg}", file=sys.stderr)
 
 
-def _peek(path: Path) -> tuple[dict, float] | None:
-    """``(metadata, t_final)`` of a trajectory file, reading nothing else; None if it is
-    not one."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return json.loads(str(z["meta"])), float(z["t_final"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _differences(meta: dict, want: dict, keys) -> list[str]:
-    return [f"{k} {meta.get(k)!r} there, {want[k]!r} here" for k in keys if meta.get(k) != want[k]]
-
-
 def check_partial(cfg: RunConfig):
     """Refuse (UsageError) a run into a folder holding a partial file when neither
     ``--resume`` nor ``--discard`` says what to do with it."""
-    path = cfg.partial_path
-    if cfg.resume or cfg.discard or not path.exists():
+    if cfg.resume or cfg.discard:
         return
-    peek = _peek(path)
-    if peek is None:
-        held, why = "an unreadable partial run", ""
-    else:
-        meta, t = peek
-        t1 = meta.get("t1")
-        held = f"an interrupted run: {t:.6g} s of {t1:.6g} s" if isinstance(t1, int | float) else \
-            f"an interrupted run up to t = {t:.6g} s"
-        chunks = meta.get("chunks")  # --resume without --chunks takes the partial's
-        want = cfg.meta(**({"chunks": chunks} if not cfg.chunks_given and isinstance(chunks, int) else {}))
-        diff = _differences(meta, want, want)
-        why = f" (not with this run's settings: {', '.join(diff)})" if diff else ""
-    raise UsageError(f"{path} holds {held}; add --resume to continue it{why}, or --discard to "
-                     f"replace it (or give another --out to keep it)")
+    try:
+        resumable.check_partial(cfg.out, cfg.name, cfg.plan, cfg.identity, segments_given=cfg.segments_given)
+    except PartialRunExists as e:
+        why = f" (not with this run's settings: {', '.join(e.differences)})" if e.differences else ""
+        raise UsageError(f"{e.path} holds {e.held}; add --resume to continue it{why}, or --discard to "
+                         f"replace it (or give another --out to keep it)") from None
 
 
 def _shown(model: str | None, scenario) -> str:
@@ -379,10 +247,10 @@ def _shown(model: str | None, scenario) -> str:
 def warn_replaced(cfg: RunConfig):
     """One warning line when ``<out>/<name>.npz`` holds the run of another scenario, model
     file or other parameters (it will be replaced); nothing for a re-run of the same case."""
-    path = cfg.out / f"{cfg.name}.npz"
+    path = resumable.final_path(cfg.out, cfg.name)
     if not path.exists():
         return
-    peek = _peek(path)
+    peek = resumable.peek(path)
     if peek is None:
         there, here = "not a diffmb trajectory", f"this run of {_shown(cfg.model, cfg.name)}"
     else:
@@ -404,41 +272,20 @@ def warn_replaced(cfg: RunConfig):
           f"give another --out to keep both", file=sys.stderr)
 
 
-def load_partial(cfg: RunConfig):
-    """``(trajectory, chunks_done)`` from a matching partial file, else ``(None, 0)``."""
-    path = cfg.partial_path
-    if not path.exists():
-        _note(cfg, f"--resume: no partial file {path}; starting fresh")
-        return None, 0
+def load_partial(cfg: RunConfig) -> Start:
+    """Where ``--resume`` starts: the matching partial file (the run's segment count becomes
+    its own unless ``--segments`` was given), or t = 0; refused (UsageError) when the
+    partial file does not match unless ``--discard``."""
     try:
-        traj, meta = Trajectory.load(path)
-    except ValueError as e:
-        _note(cfg, f"--resume: {e}; starting fresh")
-        return None, 0
-    if not cfg.chunks_given and isinstance(meta.get("chunks"), int) and meta["chunks"] >= 1:
-        cfg.chunks = meta["chunks"]
-    want = cfg.meta()
-    diff = _differences(meta, want, want)
-    done = meta.get("chunks_done")
-    why = ", ".join(diff)
-    if not why and (meta.get("complete") or traj.status != "success" or not isinstance(done, int)
-                    or not 0 < done <= cfg.chunks):
-        why = "it is not a resumable partial run"
-    if not why and cfg.fixed and cfg.chunks > cfg.steps:
-        why = f"its {cfg.chunks} chunks are more than the run's {cfg.steps} steps"
-    if not why and abs(float(traj.t_final) - _boundary(cfg, done)[1]) > 1e-9 * cfg.t1:
-        why = (f"it ends at t = {float(traj.t_final):.9g} s, not where its chunk {done} ends "
-               f"(t = {_boundary(cfg, done)[1]:.9g} s): written by another chunking")
-    if why:
-        if not cfg.discard:
-            raise UsageError(f"--resume: {path} does not match this run ({why}); run with the same "
-                             f"settings, or add --discard to replace it")
-        _note(cfg, f"--resume --discard: {path} does not match this run ({why}); starting fresh")
-        if not cfg.chunks_given:
-            cfg.chunks = default_chunks(cfg.t1, cfg.dt if cfg.fixed else None)
-        return None, 0
-    _note(cfg, f"resuming from {path} at t = {float(traj.t_final):.6g} s")
-    return traj, done
+        start = resumable.load_partial(cfg.out, cfg.name, cfg.plan, cfg.identity,
+                                       segments_given=cfg.segments_given, discard=cfg.discard)
+    except ResumeMismatch as e:
+        raise UsageError(f"--resume: {e.path} does not match this run ({e.why}); run with the same "
+                         f"settings, or add --discard to replace it") from None
+    cfg.segments = start.plan.segments
+    prefix = "--resume --discard: " if start.discarded else "--resume: " if start.traj is None else ""
+    _note(cfg, prefix + start.note)
+    return start
 
 
 def _progress(cfg, start_t):
@@ -451,94 +298,42 @@ def _duration(s: float) -> str:
     return f"{s:.2g} s" if s < 90 else f"{s / 60:.2g} min" if s < 5400 else f"{s / 3600:.2g} h"
 
 
-def plan(cfg: RunConfig, settings: dict) -> str:
-    """What the run takes, said before it compiles."""
-    n = f"{cfg.chunks:,} chunk{'s' if cfg.chunks != 1 else ''}"
-    if settings["steps"] is None:
-        return f"{cfg.name}: adaptive steps ({cfg.solver}) up to t = {cfg.t1:g} s in {n}"
-    per = (f"{settings['steps']:,}" if settings["steps"] == settings["shortest"]
-           else f"{settings['shortest']:,}-{settings['steps']:,}")
-    return (f"{cfg.name}: {cfg.steps:,} steps of {cfg.t1 / cfg.steps:.6g} s ({cfg.solver}) in {n} "
-            f"of {per} steps")
-
-
-def run_chunks(cfg: RunConfig, start: tuple | None = None) -> RunResult:
-    """Compile once ahead of time, then run the chunks, writing the partial file after the
-    first and then at most every PARTIAL_EVERY_S; stops early on event/divergence, or after
-    the chunk in flight when interrupted (the partial file then holds every finished chunk).
-    ``start``: ``(trajectory, chunks_done)`` of a resumed run (default: read with
-    :func:`load_partial` when ``cfg.resume``)."""
-    res = RunResult()
+def run_segments(cfg: RunConfig, start: Start | None = None) -> RunResult:
+    """:func:`diffmb.resumable.run_segments` with a progress bar, the plan said up front
+    and, after the first segment of a long run, an estimate of the time left; the first
+    Ctrl-C stops it after the segment in flight."""
     if start is None:
-        start = load_partial(cfg) if cfg.resume else (None, 0)
-    res.traj, res.chunks_done = start
-    settings = _chunk_settings(cfg)
-    parts = [] if res.traj is None else [res.traj]  # joined when written: no copy per chunk
-    written, written_at = res.chunks_done, None
+        start = Start(None, 0, cfg.plan)
     bar = None
     try:
         with _common.interrupts() as interrupted:
-            x0 = cfg.system.init_state(cfg.params) if res.traj is None else res.traj.x_final
-            _note(cfg, plan(cfg, settings))
-            bar = _progress(cfg, _boundary(cfg, res.chunks_done)[1])
-            run = None
-            for k in range(res.chunks_done, cfg.chunks):
-                args = _chunk_args(cfg, settings, k, x0)
-                if run is None:
-                    run, res.compile_s = compile_simulation(cfg.system, **args)
-                if interrupted():
-                    raise KeyboardInterrupt
-                start = time.perf_counter()
-                tr = jax.block_until_ready(run(**args))
-                res.times.append(time.perf_counter() - start)
-                parts.append(tr)
-                res.chunks_done = k + 1
-                if written_at is None or time.perf_counter() - written_at >= PARTIAL_EVERY_S:
-                    res.traj = _joined(parts)
-                    save_partial(cfg, res)
-                    written, written_at = res.chunks_done, time.perf_counter()
-                bar.update(float(tr.t_final) - bar.n)
-                if len(res.times) == 1:
-                    _estimate(cfg, bar, res.times[0], cfg.chunks - res.chunks_done)
-                if _after_chunk is not None:
-                    _after_chunk(k, _joined(parts))
-                if interrupted():
-                    raise KeyboardInterrupt
-                if tr.status != "success":
-                    break
-                x0 = tr.x_final
-    except KeyboardInterrupt:
-        res.interrupted = True
+            _note(cfg, resumable.describe(cfg.name, start.plan))
+            bar = _progress(cfg, resumable.boundary(start.plan, start.segments_done)[1])
+            first = []
+
+            def on_segment(k, seg, seconds):
+                bar.update(float(seg.t_final) - bar.n)
+                if not first:
+                    first.append(seconds)
+                    _estimate(cfg, bar, seconds, start.plan.segments - k - 1)
+
+            return resumable.run_segments(cfg.system, cfg.params, start, out_dir=cfg.out, name=cfg.name,
+                                          identity=cfg.identity, stop=interrupted, on_segment=on_segment)
     finally:
         if bar is not None:
             bar.close()
-    res.traj = _joined(parts)
-    if res.interrupted and res.chunks_done > written:
-        save_partial(cfg, res)  # every finished chunk is kept
-    res.wall_s = sum(res.times)
-    return res
-
-
-def _joined(parts: list):
-    if len(parts) > 1:
-        parts[:] = [concatenate(parts)]
-    return parts[0] if parts else None
 
 
 def _estimate(cfg, bar, first_s: float, left: int):
-    """After the first chunk: how long the rest will take, when that is long."""
+    """After the first segment: how long the rest will take, when that is long."""
     rest = first_s * left
     if cfg.quiet or left < 1 or rest < ESTIMATE_AFTER_S:
         return
     steps = (f"{cfg.steps:,} steps of {cfg.t1 / cfg.steps:.6g} s" if cfg.fixed
-             else f"{cfg.chunks:,} chunks of adaptive steps")
-    bar.write(f"diffmb: {steps}; the first chunk took {_duration(first_s)}: about "
-              f"{_duration(rest)} to go ({left:,} chunks; Ctrl-C stops after the chunk in flight)",
+             else f"{cfg.segments:,} segments of adaptive steps")
+    bar.write(f"diffmb: {steps}; the first segment took {_duration(first_s)}: about "
+              f"{_duration(rest)} to go ({left:,} segments; Ctrl-C stops after the segment in flight)",
               file=sys.stderr)
-
-
-def save_partial(cfg: RunConfig, res: RunResult):
-    res.traj.save(cfg.partial_path, meta=cfg.meta(complete=False, chunks_done=res.chunks_done))
 
 
 # --------------------------------------------------------------------------- outputs
@@ -582,11 +377,10 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
 
 
 def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
-    """Final npz + CSV (+ plots, + JSON); removes the partial file."""
+    """Final npz (:func:`diffmb.resumable.finish`: removes the partial file) + CSV (+ plots,
+    + JSON)."""
     traj = res.traj
-    files = [traj.save(cfg.out / f"{cfg.name}.npz",
-                       meta=cfg.meta(complete=True, chunks_done=res.chunks_done))]
-    cfg.partial_path.unlink(missing_ok=True)
+    files = [resumable.finish(res, cfg.out, cfg.name, cfg.identity)]
     files.append(traj.to_csv(cfg.out / f"{cfg.name}.csv"))
     if cfg.plot:
         from ..plot import plot_trajectory  # matplotlib, loaded only when asked
@@ -622,7 +416,7 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
         ("status", f"{obj['status']} ({traj.message})"),
         ("t reached", f"{float(traj.t_final):.6g} s of {cfg.t1:.6g} s"),
         ("steps", f"{obj['steps']} ({cfg.solver}, dt = {cfg.dt if cfg.dt is not None else 'adaptive'}, "
-                  f"{res.chunks_done} chunk{'s' if res.chunks_done != 1 else ''})"),
+                  f"{res.segments_done} segment{'s' if res.segments_done != 1 else ''})"),
         ("wall", f"{res.wall_s:.3g} s simulation"),
         ("compile", f"{res.compile_s:.3g} s"),
         ("energy", "n/a" if e is None else
@@ -645,16 +439,16 @@ def main(args) -> int:
     try:
         cfg = resolve(args)
         check_partial(cfg)
-        start = load_partial(cfg) if cfg.resume else (None, 0)
+        start = load_partial(cfg) if cfg.resume else Start(None, 0, cfg.plan)
     except (ValueError, TypeError, UsageError) as e:
         return fail(e)
     warn_replaced(cfg)
-    if start[0] is None and cfg.discard and cfg.partial_path.exists():
-        peek = _peek(cfg.partial_path)
-        _note(cfg, f"--discard: removed {cfg.partial_path}" + (f" (it held {peek[1]:.6g} s)" if peek else ""))
-        cfg.partial_path.unlink()
+    if start.traj is None and cfg.discard and cfg.partial_path.exists():
+        held = resumable.discard_partial(cfg.out, cfg.name)
+        _note(cfg, f"--discard: removed {cfg.partial_path}" + (f" (it held {held:.6g} s)" if held is not None
+                                                                else ""))
     _common.stop_if_interrupted()
-    res = run_chunks(cfg, start)
+    res = run_segments(cfg, start)
     if res.interrupted:
         where = (f"partial results up to t = {float(res.traj.t_final):.6g} s kept in {cfg.partial_path}; "
                  f"continue with --resume") if res.traj is not None else "nothing was saved"

@@ -1,15 +1,17 @@
-"""``diffmb sweep SCENARIO --batch N --set K=lo:hi [--set ...] [--devices all] [--json PATH] [--csv PATH]``
+"""``diffmb sweep SCENARIO --batch N --set K=lo:hi [--set ...] [--devices all] [--json FILE] [--csv FILE]``
 -> per-member table + throughput (simulated seconds x members per wall second).
 ``--set NAME=lo:hi`` spreads NAME over the batch (``--sample linspace``: all ranged names
 move together from lo to hi, which is said on stderr when there are several; ``grid``:
 every combination, ``NAME=lo:hi:n`` points per axis; ``random``: independent uniform
 draws), ``--set NAME=v`` fixes it.
 
+The members run in chunks of ``--chunk-size`` members, one compiled (vmapped) call each.
 ``--workers N`` runs the chunks on N local worker processes, ``--address HOST:PORT`` on a
-running Dask cluster (:mod:`diffmb.distributed`); ``--table DIR`` writes every finished
-chunk to a Parquet store (:mod:`diffmb.sweep_store`) that ``--resume`` continues, running
-only the chunks it lacks; ``--plot FILE`` draws ``--metric`` over the swept parameters
-(:mod:`diffmb.sweep_report`). Workers and the store need the ``cluster`` extra.
+running Dask cluster (:mod:`diffmb.distributed`); ``--out DIR`` writes every finished
+chunk to a Parquet store in that folder (:mod:`diffmb.sweep_store`) that ``--resume``
+continues, running only the chunks it lacks; ``--plot FILE`` draws ``--metric`` over the
+swept parameters (:mod:`diffmb.sweep_report`). Workers and the store need the ``cluster``
+extra.
 
 ``--json``, the store's ``summary.json`` and ``members.parquet`` (its schema metadata,
 key ``diffmb``) record the run settings every member used: ``t1``, ``solver``, ``dt``,
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _config, scenarios, sweep_report, sweep_store
+from .. import _config, sweep_report, sweep_store
 from ..batch import (
     METRICS,
     _devices,
@@ -45,12 +47,15 @@ from ._common import (
     check_kept,
     check_outputs,
     check_plot,
+    deprecated,
     design_args,
     emit,
     interrupts,
     one_line_errors,
+    out_arg,
     parse_sets,
     run_settings,
+    scenario_of,
     stop_if_interrupted,
     write_json,
 )
@@ -66,18 +71,20 @@ def add_parser(sub):
                    help="linspace: ranged names move together (the diagonal); grid: every "
                         "combination; random: independent uniform draws")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--chunk", type=int, metavar="N",
-                   help="members per compiled call (default 128 on a CPU, 8192 per GPU)")
+    w.add_argument("--chunk-size", type=int, metavar="N",
+                   help="members per compiled (vmapped) call (default 128 on a CPU, 8192 per GPU)")
+    deprecated(w, "--chunk", "--chunk-size", type=int, metavar="N")
     w.add_argument("--devices", default=None, metavar="all|N", help="shard over devices")
-    w.add_argument("--csv", type=Path, metavar="PATH", help="write the per-member table as CSV")
+    w.add_argument("--csv", type=Path, metavar="FILE", help="write the per-member table as CSV")
     w.add_argument("--workers", type=int, metavar="N",
                    help="run the chunks on N local worker processes (Dask; pip install 'diffmb[cluster]')")
     w.add_argument("--address", metavar="HOST:PORT", help="run the chunks on the Dask cluster whose scheduler is there")
-    w.add_argument("--table", type=Path, metavar="DIR",
-                   help="write each finished chunk's members to DIR as Parquet (the resume store; "
-                        "DIR/members.parquet when complete)")
+    out_arg(w, default=None, help="output folder, a Parquet store: each finished chunk's members in "
+                                  "DIR/chunks/, DIR/members.parquet and DIR/summary.json when complete "
+                                  "(pip install 'diffmb[cluster]'); an empty folder or a store")
+    deprecated(w, "--table", "--out", type=Path, metavar="DIR")
     w.add_argument("--resume", action="store_true",
-                   help="continue the sweep in --table DIR: run only its missing chunks (refused when "
+                   help="continue the sweep in --out DIR: run only its missing chunks (refused when "
                         "the settings differ)")
     w.add_argument("--plot", type=Path, metavar="FILE",
                    help="a heat map of --metric over a 2-D grid's axes, else a scatter matrix")
@@ -144,17 +151,17 @@ def store_settings(sc, args, st, ranges, fixed, members, chunk) -> dict:
 @one_line_errors
 def main(args) -> int:
     check_outputs(json_path=args.json, files=[("--csv", args.csv)])
-    check_kept(args, "--csv", "--table")
-    if args.resume and args.table is None:
-        raise UsageError("--resume continues the sweep kept in --table DIR; give --table DIR")
-    for flag, path in (("--table", args.table), ("--plot", args.plot)):
+    check_kept(args, "--csv FILE", "--out DIR")
+    if args.resume and args.out is None:
+        raise UsageError("--resume continues the sweep kept in --out DIR; give --out DIR")
+    for flag, path in (("--out", args.out), ("--plot", args.plot)):
         if path is not None:
             try:
-                sweep_store.require_pyarrow(flag) if flag == "--table" else check_plot(flag, path)
+                sweep_store.require_pyarrow(flag) if flag == "--out" else check_plot(flag, path)
             except ImportError as e:
                 raise UsageError(str(e)) from None
     engine = _engine(args)
-    sc = scenarios.get(args.scenario)
+    sc = scenario_of(args)
     st = run_settings(args, sc)
     if args.batch is not None and args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}")
@@ -179,26 +186,27 @@ def main(args) -> int:
         except ValueError:
             raise UsageError(f"--devices: 'all' or a count, got {devices!r}") from None
     conserved = conserved_by_member(sc, members)
-    done, on_chunk, chunk = {}, None, args.chunk
-    if args.table is not None:
-        held = sweep_store.read_meta(args.table) if args.resume else None
+    done, on_chunk, chunk = {}, None, args.chunk_size
+    if args.out is not None:
+        check_outputs(out_dir=args.out)
+        held = sweep_store.read_meta(args.out) if args.resume else None
         if chunk is None and held is not None and isinstance(held.get("settings", {}).get("chunk"), int):
-            chunk = held["settings"]["chunk"]  # --resume without --chunk takes the store's
+            chunk = held["settings"]["chunk"]  # --resume without --chunk-size takes the store's
         devs = _devices(devices if engine is None else None)
         chunk = chunk_size(len(members), default_chunk(devs) if chunk is None else chunk,
                            len(devs) if engine is None else 1)
         settings = store_settings(sc, args, st, ranges, fixed, members, chunk)
         if args.resume and held is None and not args.quiet:
-            print(f"diffmb: --resume: no sweep in {args.table}; starting fresh", file=sys.stderr)
-        done = sweep_store.open_store(args.table, settings, resume=args.resume)
+            print(f"diffmb: --resume: no sweep in {args.out}; starting fresh", file=sys.stderr)
+        done = sweep_store.open_store(args.out, settings, resume=args.resume)
         if done and not args.quiet:
-            print(f"diffmb: resuming {args.table}: {len(done)} of {settings['chunks']} chunks finished, "
+            print(f"diffmb: resuming {args.out}: {len(done)} of {settings['chunks']} chunks finished, "
                   f"running the other {settings['chunks'] - len(done)}", file=sys.stderr)
 
         def on_chunk(n, metrics):
             idx, real = chunk_members(n, chunk, len(members))
             idx = idx[real]
-            sweep_store.write_chunk(args.table, n, sweep_store.chunk_columns(
+            sweep_store.write_chunk(args.out, n, sweep_store.chunk_columns(
                 idx, metrics, [members[i] for i in idx], [conserved[i] for i in idx]))
     system, params = scenario_batch(sc, members, args.stabilization)
     stop_if_interrupted()
@@ -221,10 +229,10 @@ def main(args) -> int:
     # `diffmb view SWEEP.json --member K` runs a member again with them
     used = {"solver": st["solver"], "dt": st["dt"], "rtol": st["rtol"], "atol": st["atol"],
             "stabilization": args.stabilization or sc.stabilization}
-    if args.table is not None and not res.interrupted:
-        sweep_store.consolidate(args.table, {"scenario": sc.name, "t1": res.t1, **used})
-    if args.table is not None:
-        write_json(args.table / "summary.json", {"scenario": sc.name, "requested": res.requested,
+    if args.out is not None and not res.interrupted:
+        sweep_store.consolidate(args.out, {"scenario": sc.name, "t1": res.t1, **used})
+    if args.out is not None:
+        write_json(args.out / "summary.json", {"scenario": sc.name, "requested": res.requested,
                                                  "finished": res.batch, "t1": res.t1, **used, **report})
     plotted = None
     if args.plot is not None and res.batch:
@@ -239,9 +247,9 @@ def main(args) -> int:
     if ran:
         lines.append(f"{ran} members x {res.t1:g} s in {res.wall_s:.3g} s on {where} "
                      f"(+{res.compile_s:.1f} s compile): {res.throughput:.4g} member-seconds per second"
-                     + (f"; {res.resumed} more read back from {args.table}" if res.resumed else ""))
+                     + (f"; {res.resumed} more read back from {args.out}" if res.resumed else ""))
     else:
-        lines.append(f"{res.batch} members, all read back from {args.table}: nothing left to run")
+        lines.append(f"{res.batch} members, all read back from {args.out}: nothing left to run")
     counts = ", ".join(f"{n} {k}" for k, n in report["status_counts"].items() if n)
     flagged = report["flagged"]
     lines.append(f"status: {counts}" + ("" if flagged else "; no member diverged or is suspect"))
@@ -249,18 +257,18 @@ def main(args) -> int:
         values = ", ".join(f"{k}={v:.6g}" for k, v in f.items() if k not in ("member", "status"))
         lines.append(f"  member {f['member']}: {f['status']}" + (f" ({values})" if values else ""))
     if len(flagged) > 20:
-        lines.append(f"  ... {len(flagged) - 20} more" + (f" (all in {args.table / 'summary.json'})"
-                                                          if args.table is not None else ""))
+        lines.append(f"  ... {len(flagged) - 20} more" + (f" (all in {args.out / 'summary.json'})"
+                                                          if args.out is not None else ""))
     if plotted is not None:
         lines.append(f"plot: {plotted}")
-    if args.table is not None:
-        lines.append(f"table: {args.table / (sweep_store.MEMBERS if not res.interrupted else sweep_store.PARTS)}")
+    if args.out is not None:
+        lines.append(f"table: {args.out / (sweep_store.MEMBERS if not res.interrupted else sweep_store.PARTS)}")
     emit(args, obj, lines)
     if res.interrupted:
-        kept = " and ".join(str(p) for p in (args.csv, args.json, args.table) if p is not None)
+        kept = " and ".join(str(p) for p in (args.csv, args.json, args.out) if p is not None)
         print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
               + (f", kept in {kept}" if kept else ", printed above")
-              + ("; continue with --resume" if args.table is not None else ""), file=sys.stderr)
+              + ("; continue with --resume" if args.out is not None else ""), file=sys.stderr)
         return INTERRUPTED
     return 0
 
@@ -268,7 +276,7 @@ def main(args) -> int:
 def _table_lines(cols, n=20):
     """The first ``n`` members' rows of the table ``cols`` (its columns worth a reader's
     look: the members' values, then every metric that is a number for some member;
-    ``--csv``/``--json``/``--table`` keep all of them), and the legend."""
+    ``--csv``/``--json``/``--out`` keep all of them), and the legend."""
     keys = [k for k in cols if k != "member"]
     empty = [k for k in keys if k in METRICS and k != "status" and not np.any(np.isfinite(cols[k]))]
     keys = [k for k in keys if k not in empty]

@@ -1,4 +1,4 @@
-"""``diffmb tune SCENARIO --params a,b [--steps N] [--t1 S] [--loss violation|deploy|vibration] [--json PATH]``
+"""``diffmb tune SCENARIO --params a,b [--iterations N] [--t1 S] [--loss violation|deploy|vibration] [--json FILE]``
 -> JSON ``{initial: {params, loss}, final: {params, loss}, history: [...]}``."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import sys
 
-from .. import scenarios
 from ..tune import LOSSES, tune
 from ._common import (
     INTERRUPTED,
     UsageError,
     check_kept,
     check_outputs,
+    deprecated,
     design_args,
     emit,
     interrupts,
@@ -20,6 +20,7 @@ from ._common import (
     one_line_errors,
     parse_sets,
     run_settings,
+    scenario_of,
     stop_if_interrupted,
 )
 
@@ -29,7 +30,8 @@ def add_parser(sub):
         "Tune scenario parameters (e.g. Baumgarte gains a,b) with Adam on a loss of the run."))
     design_args(t)
     t.add_argument("--params", required=True, metavar="A,B", help="parameters to tune")
-    t.add_argument("--steps", type=int, default=50, metavar="N", help="optimiser iterations")
+    t.add_argument("--iterations", type=int, default=50, metavar="N", help="optimiser (Adam) iterations")
+    deprecated(t, "--steps", "--iterations", type=int, metavar="N")
     t.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (log space)")
     t.add_argument("--loss", default="violation", metavar="NAME",
                    help=f"{', '.join(LOSSES)}, or one of the scenario's own (solar-sail-slew: slew)")
@@ -41,10 +43,10 @@ def add_parser(sub):
 def main(args) -> int:
     check_outputs(json_path=args.json)
     check_kept(args)
-    sc = scenarios.get(args.scenario)
+    sc = scenario_of(args)
     st = run_settings(args, sc)
-    if args.steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.iterations < 1:
+        raise UsageError(f"--iterations must be at least 1, got {args.iterations}")
     params = names(args.params)
 
     def show(i, loss, p):
@@ -55,7 +57,7 @@ def main(args) -> int:
     stop_if_interrupted()
     with interrupts() as interrupted:
         res = tune(sc, params, overrides=parse_sets(args.sets), stabilization=args.stabilization,
-                   steps=args.steps, learning_rate=args.lr, loss=args.loss,
+                   steps=args.iterations, learning_rate=args.lr, loss=args.loss,
                    loss_weights=({"w_energy": args.w_energy, "w_momentum": args.w_momentum}
                                  if args.loss == "violation" else None), callback=show,
                    stop=interrupted, **st)

@@ -1,4 +1,4 @@
-"""``diffmb view RUN.npz [--out FILE.html]``: a run in 3-D, one self-contained web page.
+"""``diffmb view RUN.npz [--html FILE.html] [--json FILE]``: a run in 3-D, one self-contained web page.
 
 The page (:mod:`diffmb.viewer`) opens offline in any current browser: play/pause, speed,
 a time slider with the time, orbit/pan/zoom, follow-the-hub, colour by a quantity with
@@ -12,15 +12,25 @@ tolerances and stabilization as its JSON records them) into ``<page>_run/`` and 
 
 Also: ``--fold FILE.fold`` (origami runs) the frames as a multi-frame FOLD file,
 ``--gltf FILE.gltf`` / ``--obj FILE.obj`` one frame (``--at T``, default the last) as a
-mesh. Bad input (a missing file, a file that is not a run, an unknown scenario in its
-metadata) is one line on stderr naming the file or field, exit code 2.
+mesh; ``--json FILE`` what was written (files, frames, bodies, times). Bad input (a
+missing file, a file that is not a run, an unknown scenario in its metadata) is one line
+on stderr naming the file or field, exit code 2.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import UsageError, check_outputs, one_line_errors, positive
+from ._common import (
+    UsageError,
+    check_outputs,
+    deprecated,
+    json_arg,
+    one_line_errors,
+    positive,
+    quiet_arg,
+    write_json,
+)
 
 
 def build_parser():
@@ -39,7 +49,8 @@ def add_parser(sub):
     v.add_argument("--member", metavar="K[,K...]",
                    help="with a sweep's JSON: show member K (0-based row), simulated again; "
                         "several (K,L,M: at most 6) side by side")
-    v.add_argument("--out", type=Path, metavar="FILE.html", help="the page (default: RUN.html beside RUN.npz)")
+    v.add_argument("--html", type=Path, metavar="FILE.html", help="the page (default: RUN.html beside RUN.npz)")
+    deprecated(v, "--out", "--html", type=Path, metavar="FILE.html")
     v.add_argument("--fps", type=float, default=None, metavar="N",
                    help="frames kept per simulated second (default 25; the page interpolates between them)")
     v.add_argument("--max-frames", type=int, default=None, metavar="N", help="at most N frames (default 400)")
@@ -49,7 +60,8 @@ def add_parser(sub):
     v.add_argument("--obj", type=Path, metavar="FILE.obj", help="also write one frame as Wavefront OBJ")
     v.add_argument("--at", type=float, metavar="T", help="the time of the --gltf / --obj frame [s] "
                    "(default: the last frame)")
-    v.add_argument("--quiet", action="store_true", help="print nothing")
+    json_arg(v, "what was written (files, frames, bodies, times)")
+    quiet_arg(v, "print nothing")
 
 
 MAX_MEMBERS = 6
@@ -76,7 +88,7 @@ def _simulate_member(args, out: Path, k: int) -> Path:
 
     name, values, t1, st = member(args.run, k)
     folder = out.with_name(out.stem + "_run") / f"member{k}"
-    argv = [name, "--out", str(folder), "--no-plot", "--quiet", "--discard"]
+    argv = [name, "--out", str(folder), "--no-plot", "--quiet", "--discard"]  # run's --out: a folder
     argv += [f"--set={k}={v!r}" for k, v in values.items()] + (["--t1", repr(t1)] if t1 else [])
     solver = st.get("solver") or scenarios.get(name).solver
     # tolerances only for an adaptive solver (a fixed-step one refuses them: it ignores them)
@@ -100,7 +112,7 @@ def main(args) -> int:
     if args.max_frames is not None and args.max_frames < 2:
         raise UsageError(f"--max-frames must be at least 2, got {args.max_frames}")
     max_frames = args.max_frames or viewer.MAX_FRAMES
-    for flag, path, ext in (("--out", args.out, ".html"), ("--fold", args.fold, ".fold"),
+    for flag, path, ext in (("--html", args.html, ".html"), ("--fold", args.fold, ".fold"),
                             ("--gltf", args.gltf, ".gltf"), ("--obj", args.obj, ".obj")):
         if path is not None and path.suffix.lower() != ext:
             raise UsageError(f"{flag} {path}: expected a {ext} file name")
@@ -117,8 +129,9 @@ def main(args) -> int:
         raise UsageError(f"--fold {args.fold}: a FOLD file holds one member; give one --member")
     tag = "-".join(str(k) for k in ks)
     default = args.run.with_suffix(f".member{tag}.html" if is_sweep else ".html")
-    out = args.out if args.out is not None else default
-    check_outputs(files=[("--out", out), ("--fold", args.fold), ("--gltf", args.gltf), ("--obj", args.obj)])
+    out = args.html if args.html is not None else default
+    check_outputs(json_path=args.json, files=[("--html", out), ("--fold", args.fold), ("--gltf", args.gltf),
+                                              ("--obj", args.obj)])
     runs = [saved.load(_simulate_member(args, out, k)) for k in ks] if is_sweep else [saved.load(args.run)]
     scenes = [viewer.scene_of(r, fps, max_frames) for r in runs]
     run = runs[0]
@@ -144,6 +157,10 @@ def main(args) -> int:
         for path, writer in ((args.gltf, mesh.write_gltf), (args.obj, mesh.write_obj)):
             if path is not None:
                 files.append(writer(scene, path, args.at))
+    if args.json is not None:
+        write_json(args.json, {"files": [str(f) for f in files], "frames": len(scene.times),
+                               "bodies": list(scene.body_names), "t0": float(scene.times[0]),
+                               "t1": float(scene.times[-1])})
     if not args.quiet:
         for f in files:
             print(f"{f} ({f.stat().st_size / 1e3:,.0f} kB)")
