@@ -116,16 +116,29 @@ class TensegritySystem(System):
         return x[:n3], x[n3:2 * n3], x[2 * n3]
 
     # ------------------------------------------------------------------ members
-    def _ij(self, members):
-        if not members:
-            z = np.zeros(0, int)
-            return z, z
-        a = np.asarray(members)
-        return a[:, 0], a[:, 1]
+    def _incidence(self, members) -> np.ndarray:
+        """``(m, n_nodes)`` incidence matrix ``C`` of ``members`` (node pairs ``(i, j)``):
+        ``-1`` at ``i``, ``+1`` at ``j``, so ``C N`` are the member vectors ``N_j - N_i``
+        and ``C^T f`` the node forces of member forces ``f`` (the paper's ``Y_k``, eq. 15).
+        A constant matrix product instead of indexing: the gradient of an indexed read is
+        a scatter, which XLA on a CPU runs as a loop over the indices."""
+        C = np.zeros((len(members), self.n_nodes))
+        for k, (i, j) in enumerate(members):
+            C[k, i] -= 1.0
+            C[k, j] += 1.0
+        return C
 
     def _vec(self, N, members):
-        i, j = self._ij(members)
-        return N[j] - N[i]
+        return jnp.asarray(self._incidence(members), N.dtype) @ N
+
+    def _node_forces(self, N, members, fk):
+        """``sum_k Y_k^T f_k``: member forces ``fk (m, 3)`` (on node ``j``, minus on ``i``) as
+        node forces ``(3 n,)``."""
+        return (jnp.asarray(self._incidence(members), N.dtype).T @ fk).reshape(-1)
+
+    def _midpoints(self, N, members):
+        """``(N_i + N_j) / 2`` of every member."""
+        return jnp.asarray(np.abs(self._incidence(members)) / 2, N.dtype) @ N
 
     # ------------------------------------------------------------------ energies
     def kinetic(self, q, qd, p):
@@ -136,9 +149,8 @@ class TensegritySystem(System):
         T = 0.5 * jnp.sum(p["point_mass"] * jnp.sum(Nd * Nd, axis=1))
         if not self.bars:
             return T
-        i, j = self._ij(self.bars)
-        b, bd = N[j] - N[i], Nd[j] - Nd[i]
-        cd = 0.5 * (Nd[i] + Nd[j])
+        b, bd = self._vec(N, self.bars), self._vec(Nd, self.bars)
+        cd = self._midpoints(Nd, self.bars)
         m = p["bar_mass"]
         trans = 0.5 * m * jnp.sum(cd * cd, axis=1)
         bd2 = jnp.sum(bd * bd, axis=1)
@@ -177,8 +189,7 @@ class TensegritySystem(System):
         g = p["gravity"]
         Vg = -jnp.sum(p["point_mass"] * (N @ g))
         if self.bars:
-            i, j = self._ij(self.bars)
-            Vg = Vg - jnp.sum(p["bar_mass"] * (0.5 * (N[i] + N[j]) @ g))
+            Vg = Vg - jnp.sum(p["bar_mass"] * (self._midpoints(N, self.bars) @ g))
         V = Vg
         if self.strings:
             eff = self._string_stretch(q, p)[2]
@@ -200,13 +211,10 @@ class TensegritySystem(System):
         if not self.strings:
             return jnp.zeros_like(q)
         N, Nd = q.reshape(-1, 3), qd.reshape(-1, 3)
-        i, j = self._ij(self.strings)
         s, L, _, weight = self._string_stretch(q, p)
-        sd = Nd[j] - Nd[i]
+        sd = self._vec(Nd, self.strings)
         coef = -weight * p["string_damping"] * jnp.sum(s * sd, axis=1) / jnp.where(L > 0, L * L, 1.0)
-        fk = coef[:, None] * s
-        F = jnp.zeros_like(N).at[j].add(fk).at[i].add(-fk)
-        return F.reshape(-1)
+        return self._node_forces(N, self.strings, coef[:, None] * s)
 
     def jump_times(self, params):
         """Where the external force switches (:meth:`NodeForce.jump_times`), if anywhere."""
@@ -257,50 +265,43 @@ class TensegritySystem(System):
             rhs = rhs - jax.jvp(lambda x: dTdqd(x, qd, p), (q,), (qd,))[1]
         N = q.reshape(-1, 3)
         if dsigma is not None and self.strings:
-            i, j = self._ij(self.strings)
-            fk = dsigma[:, None] * (N[j] - N[i])
-            rhs = rhs - jnp.zeros_like(N).at[j].add(fk).at[i].add(-fk).reshape(-1)
+            rhs = rhs - self._node_forces(N, self.strings, dsigma[:, None] * self._vec(N, self.strings))
         if dpsi is not None and self.bars:
-            i, j = self._ij(self.bars)
-            fk = dpsi[:, None] * (N[j] - N[i])
-            rhs = rhs - jnp.zeros_like(N).at[j].add(fk).at[i].add(-fk).reshape(-1)
+            rhs = rhs - self._node_forces(N, self.bars, dpsi[:, None] * self._vec(N, self.bars))
         if df is not None:
             rhs = rhs + df
         return rhs
 
     def accelerations(self, t, q, qd, p, dsigma=None, dpsi=None, df=None):
-        """``(qdd, lambda)`` from the KKT system eq. 21, solved in structured form.
+        """``(qdd, lambda)`` from the KKT system eq. 21.
 
         The linear constraints ``A q = b`` are eliminated with the constant orthonormal
         null-space basis ``Z`` of ``A`` (``params["Z_lin"]``, ``qdd = Z ydd``; for fixed
         coordinates ``Z`` just selects the free ones), which is eq. 21 with its linear rows
-        solved exactly. The rest is eqs. 22-23 by Cholesky factors of ``M_r = Z^T M Z`` and
-        of the Schur complement ``R_b M_r^-1 R_b^T`` (``R_b = R_q Z``, the bar rows).
+        solved exactly. What remains is eq. 21 in ``(ydd, lambda)`` with ``M_r = Z^T M Z``
+        and the bar rows ``R_b = R_q Z``, ``[[M_r, R_b^T], [R_b, 0]] [ydd; -lambda] =
+        [Z^T xi_1; -xi_2]``, solved as one system: its solution is eqs. 22-23's, and one
+        LU factorisation of a matrix this small costs less than the two Cholesky factors
+        and four triangular solves of the Schur-complement route.
         ``lambda`` holds the bar-constraint multipliers.
         """
         M = self.mass_matrix(q, p)
         xi1 = self.xi1(t, q, qd, p, dsigma, dpsi, df)
         Z = p["Z_lin"]
         Mr = Z.T @ M @ Z
-        Lm = jnp.linalg.cholesky(Mr)
-        solve_m = lambda b: jax.scipy.linalg.cho_solve((Lm, True), b)
         f = Z.T @ xi1
         if self.compressible or not self.bars:
-            return Z @ solve_m(f), jnp.zeros(0, q.dtype)
+            return Z @ jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(Mr), True), f), jnp.zeros(0, q.dtype)
         Rb, xi2 = self._bar_terms(q, qd, p)
         Rr = Rb @ Z
-        MiRt = solve_m(Rr.T)
-        Mif = solve_m(f)
-        S = Rr @ MiRt
-        lam = -jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(S), True), xi2 + Rr @ Mif)  # eq. 23
-        return Z @ (Mif + MiRt @ lam), lam  # eq. 22
+        m, nf = Rr.shape
+        K = jnp.block([[Mr, Rr.T], [Rr, jnp.zeros((m, m), q.dtype)]])
+        sol = jnp.linalg.solve(K, jnp.concatenate([f, -xi2]))
+        return Z @ sol[:nf], -sol[nf:]
 
     def _bar_terms(self, q, qd, p):
         """Bar rows of ``R_q`` (eq. 25) and of ``xi_2`` (eq. 20), by JAX from ``R``."""
-        def Rb_fn(x):
-            b = self._vec(x.reshape(-1, 3), self.bars)
-            return jnp.sum(b * b, axis=1) - p["bar_length"] ** 2
-
+        Rb_fn = lambda x: self._bar_residual(x, p)
         Rb = jax.jacfwd(Rb_fn)(q)
         xi2 = jax.jvp(lambda x: jax.jvp(Rb_fn, (x,), (qd,))[1], (q,), (qd,))[1]
         return Rb, xi2
@@ -312,56 +313,72 @@ class TensegritySystem(System):
         return jnp.concatenate([qd, qdd, wdot[None]])
 
     # ------------------------------------------------------------------ correction
-    def _correction_system(self, q, qd, W, p):
-        """``(A_c, b_c, violation norm)`` of eq. 44 (eq. 33 without the energy row), in the
-        coordinates ``dq = Z dy``, ``dqd = Z dyd`` of the linear constraints' null space
-        (which the integration never leaves), so the rows are the bar constraints
-        (rigid bars) and the energy; ``Z`` is orthonormal, so the minimum-norm solution
-        is the paper's."""
+    def _bar_residual(self, x, p):
+        """The rigid bars' rows of ``R(q)`` (eq. 24): ``|b_k|^2 - l_k^2``."""
+        bv = self._vec(x.reshape(-1, 3), self.bars)
+        return jnp.sum(bv * bv, axis=1) - p["bar_length"] ** 2
+
+    def _violation(self, q, qd, W, E0, p):
+        """``(R, R_q Z, R_q qd, E0 - E + W_f, violation norm)``: the bar constraints
+        (rigid bars), their rates and the energy error (eq. 43), what Algorithm 1 tests
+        against ``gamma``."""
         Z = p["Z_lin"]
-        nf = Z.shape[1]
-        rows, rhs = [], []
+        R = Rq = vel = de = None
         viol = jnp.zeros((), q.dtype)
         if not self.compressible and self.bars:
-            def Rb_fn(x):
-                bv = self._vec(x.reshape(-1, 3), self.bars)
-                return jnp.sum(bv * bv, axis=1) - p["bar_length"] ** 2
-
-            R = Rb_fn(q)
-            Rq = jax.jacfwd(Rb_fn)(q) @ Z
-            Q = jax.jacfwd(lambda x: jax.jvp(Rb_fn, (x,), (qd,))[1])(q) @ Z  # (dR_q/dq dq) qd = Q dq
+            R = self._bar_residual(q, p)
+            Rq = jax.jacfwd(lambda x: self._bar_residual(x, p))(q) @ Z
             vel = Rq @ (Z.T @ qd)
-            m = R.shape[0]
+            viol = jnp.maximum(jnp.linalg.norm(R), jnp.linalg.norm(vel))
+        if self.energy_correction:
+            de = E0 - self.energy(q, qd, p) + W  # eq. 43
+            viol = jnp.maximum(viol, jnp.abs(de))
+        return R, Rq, vel, de, viol
+
+    def _correction_system(self, q, qd, terms, p):
+        """``(A_c, b_c)`` of eq. 44 (eq. 33 without the energy row), in the coordinates
+        ``dq = Z dy``, ``dqd = Z dyd`` of the linear constraints' null space (which the
+        integration never leaves), so the rows are the bar constraints (rigid bars) and
+        the energy; ``Z`` is orthonormal, so the minimum-norm solution is the paper's.
+        ``terms``: :meth:`_violation` at ``(q, qd)``."""
+        Z = p["Z_lin"]
+        nf = Z.shape[1]
+        R, Rq, vel, de, _ = terms
+        rows, rhs = [], []
+        if R is not None:
+            Q = jax.jacfwd(lambda x: jax.jvp(lambda y: self._bar_residual(y, p), (x,), (qd,))[1])(q) @ Z
+            m = R.shape[0]                                    # (dR_q/dq dq) qd = Q dq
             Zm = jnp.zeros((m, nf), q.dtype)
             z1 = jnp.zeros((m, 1), q.dtype)
             rows += [jnp.concatenate([Rq, Zm, z1], axis=1), jnp.concatenate([Q, Rq, z1], axis=1)]
             rhs += [-R, -vel]
-            viol = jnp.maximum(jnp.linalg.norm(R), jnp.linalg.norm(vel))
-        if self.energy_correction:
-            E0 = self.energy(p["q0"], p["qd0"], p)
-            E = self.energy(q, qd, p)
+        if de is not None:
             gq, gqd = jax.grad(self.energy, argnums=(0, 1))(q, qd, p)  # eqs. 40-42
             rows.append(jnp.concatenate([Z.T @ gq, Z.T @ gqd, -jnp.ones(1, q.dtype)])[None, :])
-            de = E0 - E + W  # eq. 43
             rhs.append(de[None])
-            viol = jnp.maximum(viol, jnp.abs(de))
-        return jnp.concatenate(rows, axis=0), jnp.concatenate(rhs), viol
+        return jnp.concatenate(rows, axis=0), jnp.concatenate(rhs)
 
     def correct(self, q, qd, W, p):
         """Algorithm 1: up to ``correction_passes`` minimum-norm corrections (eq. 45), each
-        applied only while ``max(|R|, |R_q qd|, |E - E0 - W_f|) > gamma``."""
+        applied only while ``max(|R|, |R_q qd|, |E - E0 - W_f|) > gamma``. A pass below
+        ``gamma`` skips building and solving eq. 44 (a branch, not a mask, outside
+        ``vmap``): after the first pass the state usually holds to round-off."""
         Z = p["Z_lin"]
         nf = Z.shape[1]
         if not self.energy_correction and (self.compressible or not self.bars):
             return q, qd, W  # nothing to correct: the linear constraints hold exactly
+        E0 = self.energy(p["q0"], p["qd0"], p) if self.energy_correction else None
 
-        def one(_, carry):
+        def update(carry, terms):
             q, qd, W = carry
-            Ac, bc, viol = self._correction_system(q, qd, W, p)
+            Ac, bc = self._correction_system(q, qd, terms, p)
             S = Ac @ Ac.T
             d = Ac.T @ jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(S), True), bc)  # eq. 45
-            d = jnp.where(viol > p["gamma"], d, jnp.zeros_like(d))
             return q + Z @ d[:nf], qd + Z @ d[nf:2 * nf], W + d[2 * nf]
+
+        def one(_, carry):
+            terms = self._violation(*carry, E0, p)
+            return jax.lax.cond(terms[-1] > p["gamma"], update, lambda c, _: c, carry, terms)
 
         return jax.lax.fori_loop(0, self.correction_passes, one, (q, qd, W))
 
