@@ -23,6 +23,7 @@ import numpy as np
 
 from . import joints as jt, spatial as sp
 from .regularity import check_regular as check_regular_mass
+from .tree_checks import check_tree_body, is_rotation
 
 
 class Model(eqx.Module):
@@ -184,7 +185,7 @@ def _rot_from(rot, rpy, what):
     if rot is None:
         return np.eye(3)
     R = _arr(rot, (3, 3), what + " rot")
-    if not np.allclose(R @ R.T, np.eye(3), atol=1e-8) or np.linalg.det(R) < 0:
+    if not is_rotation(R):
         raise ValueError(f"{what}: rot is not a proper rotation (DCM)")
     return R
 
@@ -303,45 +304,10 @@ class ModelBuilder:
         upper=np.inf,
     ) -> "ModelBuilder":
         what = f"body {name!r}"
-        if not isinstance(name, str) or not name:
-            raise ValueError("body name must be a non-empty string")
-        if name == "world" or any(b.name == name for b in self._bodies):
-            raise ValueError(f"{what}: duplicate body name")
-        if joint not in jt.KINDS:
-            raise ValueError(
-                f"{what}: unknown joint kind {joint!r}; expected one of {list(jt.KINDS)}"
-            )
-        if parent != "world" and not any(b.name == parent for b in self._bodies):
-            raise ValueError(f"{what}: parent {parent!r} is not a body added before it")
-        jname = joint_name or name
-        if any(b.joint_name == jname for b in self._bodies):
-            raise ValueError(f"{what}: duplicate joint name {jname!r}")
-        if joint == "free" and parent != "world":
-            raise ValueError(f"{what}: a free joint must connect to 'world'")
+        jname = self._check_new_body(what, name, parent, joint, joint_name)
         nv = jt.NV.get(joint, 0)
-        if inertia is None:
-            inertia = np.zeros((3, 3))
-        mass = float(mass)
-        com = _arr(com, (3,), what + " com")
-        inertia = _arr(inertia, (3, 3), what + " inertia")
-        if not np.isfinite(mass) or mass < 0:
-            raise ValueError(f"{what}: mass must be finite and non-negative, got {mass}")
-        if not np.allclose(inertia, inertia.T, atol=1e-12 * max(1.0, np.abs(inertia).max())):
-            raise ValueError(f"{what}: inertia matrix is not symmetric")
-        # the rest of the validation waits for fixed links to be merged (build)
-
-        def per_dof(x, field_name):
-            a = np.broadcast_to(np.asarray(x, float), (nv,)).copy() if nv else np.zeros(0)
-            if np.any(np.isnan(a)):
-                raise ValueError(f"{what}: joint {field_name} is NaN")
-            return a
-
-        stiffness_a = per_dof(stiffness, "stiffness")
-        armature_a = per_dof(armature, "armature")
-        if np.any(armature_a < 0) or not np.all(np.isfinite(armature_a)):
-            raise ValueError(f"{what}: joint armature must be finite and non-negative, got {armature_a}")
-        if joint in jt.MRP_KINDS and np.any(stiffness_a != 0):
-            raise ValueError(f"{what}: joint springs are defined for 1- and 2-DOF joints only")
+        mass, com, inertia = _inertial_data(mass, com, inertia, what)
+        stiffness_a, armature_a = _springs_and_rotors(stiffness, armature, joint, nv, what)
         self._bodies.append(
             _Body(
                 name=name,
@@ -356,15 +322,25 @@ class ModelBuilder:
                 com=com,
                 inertia=inertia,
                 stiffness=stiffness_a,
-                damping=per_dof(damping, "damping"),
-                rest=per_dof(rest, "rest"),
+                damping=_per_dof(damping, nv, "damping", what),
+                rest=_per_dof(rest, nv, "rest", what),
                 armature=armature_a,
-                effort=per_dof(effort_limit, "effort_limit"),
-                lower=per_dof(lower, "lower"),
-                upper=per_dof(upper, "upper"),
+                effort=_per_dof(effort_limit, nv, "effort_limit", what),
+                lower=_per_dof(lower, nv, "lower", what),
+                upper=_per_dof(upper, nv, "upper", what),
             )
         )
         return self
+
+    def _check_new_body(self, what, name, parent, joint, joint_name) -> str:
+        """The body's name, joint and parent checked against the bodies added so far
+        (:func:`~diffmb.tree_checks.check_tree_body`); returns its joint's name."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("body name must be a non-empty string")
+        jname = joint_name or name
+        check_tree_body(what, name, parent, joint, [b.name for b in self._bodies], jt.KINDS,
+                        joint_name=jname, joint_names=[b.joint_name for b in self._bodies])
+        return jname
 
     def build(self, *, inertia: str = "error", where: str = "", check_regular: bool = False) -> Model:
         """The Model. Fixed joints are merged first, then every moving body's inertia is
@@ -378,115 +354,185 @@ class ModelBuilder:
         :func:`diffmb.regularity.check_regular`). ``where`` prefixes messages (a file name)."""
         if inertia not in INERTIA_POLICIES:
             raise ValueError(f"inertia: one of {', '.join(INERTIA_POLICIES)}, got {inertia!r}")
-        if not self._bodies:
-            raise ValueError(NO_MOVABLE_JOINTS)
-        by_name = {b.name: b for b in self._bodies}
-
-        # Merge fixed joints: accumulate each fixed body's pose relative to its nearest
-        # moving ancestor (or world) and fold its inertia into that ancestor.
-        def moving_ancestor(b):
-            E = np.eye(3)
-            r = np.zeros(3)  # pose of b's frame in the ancestor frame: [b anc], r in anc
-            while b.kind == "fixed":
-                # frame b relative to its parent p: E_bp = rot, r_bp = pos
-                E, r = E @ b.rot, b.pos + b.rot.T @ r
-                if b.parent == "world":
-                    return "world", E, r
-                b = by_name[b.parent]
-            return b.name, E, r
-
-        moving = [b for b in self._bodies if b.kind != "fixed"]
-        if not moving:
-            raise ValueError(NO_MOVABLE_JOINTS)
-        inert = {b.name: (b.mass, b.com.copy(), b.inertia.copy()) for b in moving}
-        merged = {}  # moving body -> fixed links folded into it (for messages)
-        frames = []
-        for b in self._bodies:
-            if b.kind != "fixed":
-                continue
-            anc, E, r = moving_ancestor(b)
-            frames.append((b.name, anc, E, r))
-            if b.mass == 0 and not np.any(b.inertia):
-                continue
-            if anc == "world":
-                continue  # mass attached to the fixed world has no dynamics
-            merged.setdefault(anc, []).append(b.name)
-            m0, c0, I0 = inert[anc]
-            # child body's com and inertia in ancestor coordinates (a massless child with
-            # rotational inertia, a flywheel placeholder, adds its inertia about its com)
-            c1 = r + E.T @ b.com
-            I1 = E.T @ b.inertia @ E
-            m = m0 + b.mass
-            c = (m0 * c0 + b.mass * c1) / m if m > 0 else c0
-            d0, d1 = c0 - c, c1 - c
-            shift = lambda mm, d: mm * (d @ d * np.eye(3) - np.outer(d, d))
-            inert[anc] = (m, c, I0 + shift(m0, d0) + I1 + shift(b.mass, d1))
-
-        # Moving bodies hang from their moving ancestor with the fixed chain folded in.
-        placements = {}
-        for b in moving:
-            if b.parent == "world":
-                anc, Ep, rp = "world", np.eye(3), np.zeros(3)
-            else:
-                anc, Ep, rp = moving_ancestor(by_name[b.parent])
-            # joint frame J relative to anc: [J anc] = rot @ Ep ; origin rp + Ep^T pos
-            placements[b.name] = (anc, b.rot @ Ep, rp + Ep.T @ b.pos)
-
-        # topological order (builder guarantees parents first); public order = declaration
+        moving, by_name = _moving_bodies(self._bodies)
+        inert, merged, frames = _merge_fixed(self._bodies, moving, by_name)
+        placements = {b.name: _placement(b, by_name) for b in moving}
         names = [b.name for b in moving]
-        index = {n: i for i, n in enumerate(names)}
-        parents = tuple(-1 if placements[n][0] == "world" else index[placements[n][0]] for n in names)
-        kinds = tuple(by_name[n].kind for n in names)
-        for n in names:
-            m, c, I = inert[n]
-            problem = inertia_problem(m, I)
-            if problem is None:
-                continue
-            what = f"body {n!r}" + (f" (with fixed links {', '.join(merged[n])} merged)" if n in merged else "")
-            if inertia == "error":
-                raise ValueError(f"{where}{what}: {problem}; load with inertia='repair' to use the "
-                                 f"nearest valid inertia, or inertia='warn' to keep it as given")
-            if inertia == "repair":
-                inert[n] = (m, c, repair_inertia(I))
-                warnings.warn(f"{where}{what}: {problem}; replaced by the nearest valid inertia "
-                              f"{np.round(np.linalg.eigvalsh(inert[n][2]), 12)}", stacklevel=3)
-            else:
-                warnings.warn(f"{where}{what}: {problem}; kept as given (inertia='repair' replaces "
-                              f"it by the nearest valid one, inertia='error' refuses it)", stacklevel=3)
-
-        def cat(attr):
-            return jnp.asarray(np.concatenate([getattr(by_name[n], attr) for n in names]))
-
-        frame_bodies = tuple(-1 if f[1] == "world" else index[f[1]] for f in frames)
-        model = Model(
-            mass=jnp.asarray(np.array([inert[n][0] for n in names])),
-            com=jnp.asarray(np.stack([inert[n][1] for n in names])),
-            inertia=jnp.asarray(np.stack([inert[n][2] for n in names])),
-            tree_rot=jnp.asarray(np.stack([placements[n][1] for n in names])),
-            tree_pos=jnp.asarray(np.stack([placements[n][2] for n in names])),
-            axis=jnp.asarray(np.stack([by_name[n].axis for n in names])),
-            axis2=jnp.asarray(np.stack([by_name[n].axis2 for n in names])),
-            stiffness=cat("stiffness"),
-            damping=cat("damping"),
-            rest=cat("rest"),
-            armature=cat("armature"),
-            effort_limit=cat("effort"),
-            lower=cat("lower"),
-            upper=cat("upper"),
-            gravity=jnp.asarray(_arr(self.gravity, (3,), "gravity")),
-            frame_rot=jnp.asarray(np.stack([f[2] for f in frames]) if frames else np.zeros((0, 3, 3))),
-            frame_pos=jnp.asarray(np.stack([f[3] for f in frames]) if frames else np.zeros((0, 3))),
-            body_names=tuple(names),
-            joint_names=tuple(by_name[n].joint_name for n in names),
-            joint_kinds=kinds,
-            parents=parents,
-            body_joint=tuple(range(len(names))),
-            frame_names=tuple(f[0] for f in frames),
-            frame_bodies=frame_bodies,
-        )
+        _check_inertias(names, inert, merged, inertia, where)
+        model = _assemble(names, by_name, inert, placements, frames, self.gravity)
         if check_regular or any(inert[n][0] == 0 and not np.any(inert[n][2]) for n in names):
             check_regular_mass(model, where)
         return model
+
+
+def _inertial_data(mass, com, inertia, what):
+    """``(mass, com, inertia)`` as numbers, checked as far as a body alone allows: the
+    rest of the validation waits for fixed links to be merged (:meth:`ModelBuilder.build`)."""
+    if inertia is None:
+        inertia = np.zeros((3, 3))
+    mass = float(mass)
+    com = _arr(com, (3,), what + " com")
+    inertia = _arr(inertia, (3, 3), what + " inertia")
+    if not np.isfinite(mass) or mass < 0:
+        raise ValueError(f"{what}: mass must be finite and non-negative, got {mass}")
+    if not np.allclose(inertia, inertia.T, atol=1e-12 * max(1.0, np.abs(inertia).max())):
+        raise ValueError(f"{what}: inertia matrix is not symmetric")
+    return mass, com, inertia
+
+
+def _per_dof(x, nv, field_name, what):
+    """``x`` broadcast to one value per DOF of the joint (``nv`` of them); never NaN."""
+    a = np.broadcast_to(np.asarray(x, float), (nv,)).copy() if nv else np.zeros(0)
+    if np.any(np.isnan(a)):
+        raise ValueError(f"{what}: joint {field_name} is NaN")
+    return a
+
+
+def _springs_and_rotors(stiffness, armature, joint, nv, what):
+    """Per-DOF joint stiffness and armature: the armature finite and non-negative, springs
+    only on joints of one or two DOF (MRP joints have none)."""
+    stiffness_a = _per_dof(stiffness, nv, "stiffness", what)
+    armature_a = _per_dof(armature, nv, "armature", what)
+    if np.any(armature_a < 0) or not np.all(np.isfinite(armature_a)):
+        raise ValueError(f"{what}: joint armature must be finite and non-negative, got {armature_a}")
+    if joint in jt.MRP_KINDS and np.any(stiffness_a != 0):
+        raise ValueError(f"{what}: joint springs are defined for 1- and 2-DOF joints only")
+    return stiffness_a, armature_a
+
+
+def _moving_bodies(bodies):
+    """The bodies on moving joints (declaration order) and every body by name; refuses a
+    model in which nothing moves."""
+    if not bodies:
+        raise ValueError(NO_MOVABLE_JOINTS)
+    by_name = {b.name: b for b in bodies}
+    moving = [b for b in bodies if b.kind != "fixed"]
+    if not moving:
+        raise ValueError(NO_MOVABLE_JOINTS)
+    return moving, by_name
+
+
+def _moving_ancestor(b, by_name):
+    """``(name, E, r)``: the nearest body above ``b`` on a moving joint (or ``"world"``),
+    with ``b``'s frame in that ancestor's frame, ``E = [b anc]`` and ``r`` in anc. A
+    moving ``b`` is its own ancestor (identity pose)."""
+    E = np.eye(3)
+    r = np.zeros(3)
+    while b.kind == "fixed":
+        # frame b relative to its parent p: E_bp = rot, r_bp = pos
+        E, r = E @ b.rot, b.pos + b.rot.T @ r
+        if b.parent == "world":
+            return "world", E, r
+        b = by_name[b.parent]
+    return b.name, E, r
+
+
+def _merge_fixed(bodies, moving, by_name):
+    """Fold every fixed body's mass into its moving ancestor (mass attached to the world
+    has no dynamics) and keep its frame as a named frame.
+
+    Returns ``inert`` (``{moving body: (mass, com, inertia)}`` with the fixed links
+    merged), ``merged`` (``{moving body: [fixed links folded into it]}``, for messages)
+    and ``frames`` (``(name, ancestor, E, r)`` per fixed body)."""
+    inert = {b.name: (b.mass, b.com.copy(), b.inertia.copy()) for b in moving}
+    merged = {}
+    frames = []
+    for b in bodies:
+        if b.kind != "fixed":
+            continue
+        anc, E, r = _moving_ancestor(b, by_name)
+        frames.append((b.name, anc, E, r))
+        if b.mass == 0 and not np.any(b.inertia):
+            continue
+        if anc == "world":
+            continue  # mass attached to the fixed world has no dynamics
+        merged.setdefault(anc, []).append(b.name)
+        inert[anc] = _combined_inertia(inert[anc], b, E, r)
+    return inert, merged, frames
+
+
+def _combined_inertia(ancestor, b, E, r):
+    """``(mass, com, inertia)`` of the ``ancestor``'s inertial data with body ``b`` added,
+    ``b``'s frame at ``(E, r)`` in the ancestor's (parallel-axis theorem). A massless
+    ``b`` with rotational inertia (a flywheel placeholder) adds its inertia about its com."""
+    m0, c0, I0 = ancestor
+    c1 = r + E.T @ b.com
+    I1 = E.T @ b.inertia @ E
+    m = m0 + b.mass
+    c = (m0 * c0 + b.mass * c1) / m if m > 0 else c0
+    d0, d1 = c0 - c, c1 - c
+    shift = lambda mm, d: mm * (d @ d * np.eye(3) - np.outer(d, d))
+    return m, c, I0 + shift(m0, d0) + I1 + shift(b.mass, d1)
+
+
+def _placement(b, by_name):
+    """``(ancestor, [J anc], origin in anc)``: the moving body ``b``'s joint frame ``J``
+    hung from its moving ancestor, with the fixed chain between them folded in."""
+    if b.parent == "world":
+        anc, Ep, rp = "world", np.eye(3), np.zeros(3)
+    else:
+        anc, Ep, rp = _moving_ancestor(by_name[b.parent], by_name)
+    # [J anc] = rot @ Ep ; origin rp + Ep^T pos
+    return anc, b.rot @ Ep, rp + Ep.T @ b.pos
+
+
+def _check_inertias(names, inert, merged, policy, where):
+    """Apply the inertia ``policy`` to every moving body whose merged inertia is invalid
+    (:func:`inertia_problem`): raise, warn, or repair ``inert`` in place and warn."""
+    for n in names:
+        m, c, I = inert[n]
+        problem = inertia_problem(m, I)
+        if problem is None:
+            continue
+        what = f"body {n!r}" + (f" (with fixed links {', '.join(merged[n])} merged)" if n in merged else "")
+        if policy == "error":
+            raise ValueError(f"{where}{what}: {problem}; load with inertia='repair' to use the "
+                             f"nearest valid inertia, or inertia='warn' to keep it as given")
+        # stacklevel 4: the caller of whoever called ModelBuilder.build (a file loader's caller)
+        if policy == "repair":
+            inert[n] = (m, c, repair_inertia(I))
+            warnings.warn(f"{where}{what}: {problem}; replaced by the nearest valid inertia "
+                          f"{np.round(np.linalg.eigvalsh(inert[n][2]), 12)}", stacklevel=4)
+        else:
+            warnings.warn(f"{where}{what}: {problem}; kept as given (inertia='repair' replaces "
+                          f"it by the nearest valid one, inertia='error' refuses it)", stacklevel=4)
+
+
+def _assemble(names, by_name, inert, placements, frames, gravity) -> Model:
+    """The :class:`Model` of the moving bodies ``names`` (topological order: the builder
+    adds parents first; the public order is the declaration order)."""
+    index = {n: i for i, n in enumerate(names)}
+    parents = tuple(-1 if placements[n][0] == "world" else index[placements[n][0]] for n in names)
+
+    def cat(attr):
+        return jnp.asarray(np.concatenate([getattr(by_name[n], attr) for n in names]))
+
+    return Model(
+        mass=jnp.asarray(np.array([inert[n][0] for n in names])),
+        com=jnp.asarray(np.stack([inert[n][1] for n in names])),
+        inertia=jnp.asarray(np.stack([inert[n][2] for n in names])),
+        tree_rot=jnp.asarray(np.stack([placements[n][1] for n in names])),
+        tree_pos=jnp.asarray(np.stack([placements[n][2] for n in names])),
+        axis=jnp.asarray(np.stack([by_name[n].axis for n in names])),
+        axis2=jnp.asarray(np.stack([by_name[n].axis2 for n in names])),
+        stiffness=cat("stiffness"),
+        damping=cat("damping"),
+        rest=cat("rest"),
+        armature=cat("armature"),
+        effort_limit=cat("effort"),
+        lower=cat("lower"),
+        upper=cat("upper"),
+        gravity=jnp.asarray(_arr(gravity, (3,), "gravity")),
+        frame_rot=jnp.asarray(np.stack([f[2] for f in frames]) if frames else np.zeros((0, 3, 3))),
+        frame_pos=jnp.asarray(np.stack([f[3] for f in frames]) if frames else np.zeros((0, 3))),
+        body_names=tuple(names),
+        joint_names=tuple(by_name[n].joint_name for n in names),
+        joint_kinds=tuple(by_name[n].kind for n in names),
+        parents=parents,
+        body_joint=tuple(range(len(names))),
+        frame_names=tuple(f[0] for f in frames),
+        frame_bodies=tuple(-1 if f[1] == "world" else index[f[1]] for f in frames),
+    )
 
 
 #: The Model's per-generalized-velocity arrays, in public order.
