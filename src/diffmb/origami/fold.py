@@ -134,6 +134,24 @@ def _list(data, key, required=True):
 
 
 def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
+    _check_arguments(density, hub_mass, stiffness, damping, fold_fraction)
+    V = _read_vertices(data)
+    faces = _read_faces(data, V)
+    edges, assign, angles, edge_index = _read_edges(data, len(V), fold_fraction)
+    border = _face_borders(faces, edge_index, assign)
+    groups, panel_of = _weld_flat_edges(faces, border, assign)
+    panels, areas = _panels(groups, faces, V, density)
+    root_name = _root(root, panels, areas, panel_of, len(faces), hub_mass)
+    by_pair = _hinge_pairs(assign, border, panel_of)
+    own = {key: _per_edge(data, f"diffmb:edges_{key}", len(edges), default)
+           for key, default in (("stiffness", stiffness), ("damping", damping))}
+    creases = [_crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own)
+               for pair, idx in sorted(by_pair.items(), key=lambda kv: kv[1][0])]
+    return CreasePattern(list(panels.values()), creases, root=root_name)
+
+
+def _check_arguments(density, hub_mass, stiffness, damping, fold_fraction):
+    """The numbers :func:`load_fold` is called with: finite, positive where they must be."""
     for name, v in (("density", density), ("stiffness", stiffness), ("damping", damping)):
         if not _number(v):
             raise ValueError(f"{name}: expected a number, got {v!r}")
@@ -144,7 +162,9 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
     if fold_fraction is not None and not (_number(fold_fraction) and -1 <= fold_fraction <= 1):
         raise ValueError(f"fold_fraction must be a number in [-1, 1], got {fold_fraction!r}")
 
-    # vertices
+
+def _read_vertices(data) -> np.ndarray:
+    """``vertices_coords`` as an ``(n, 3)`` array with ``z = 0`` (the flat pattern)."""
     coords = _list(data, "vertices_coords")
     if len(coords) < 3:
         raise ValueError(f"vertices_coords: expected at least 3 vertices, got {len(coords)}")
@@ -155,15 +175,17 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
         if len(c) == 3 and abs(c[2]) > _TOL:
             raise ValueError(f"vertices_coords[{i}]: expected the flat crease pattern (z = 0), got z = {c[2]}")
         V[i, :2] = c[:2]
-    n_v = len(V)
+    return V
 
-    # faces
+
+def _read_faces(data, V) -> list:
+    """``faces_vertices``: each face's vertex indices, a simple polygon of non-zero area."""
     faces_raw = _list(data, "faces_vertices")
     if not faces_raw:
         raise ValueError("faces_vertices: no faces")
     faces = []
     for i, f in enumerate(faces_raw):
-        f = _int_list(f, "faces_vertices", i, n_v, 3)
+        f = _int_list(f, "faces_vertices", i, len(V), 3)
         if len(set(f)) != len(f):
             raise ValueError(f"faces_vertices[{i}]: repeated vertex (degenerate face)")
         poly = V[f]
@@ -174,8 +196,13 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
         if _self_intersecting(poly):
             raise ValueError(f"faces_vertices[{i}]: not a simple polygon (its sides cross)")
         faces.append(f)
+    return faces
 
-    # edges
+
+def _read_edges(data, n_v, fold_fraction):
+    """``(edges, assign, angles, edge_index)``: each edge's two vertices, its assignment
+    letter (upper case), its initial fold angle in radians (``edges_foldAngle``, or set by
+    ``fold_fraction``), and ``{frozenset of its vertices: edge index}``."""
     edges_raw = _list(data, "edges_vertices")
     assign_raw = _list(data, "edges_assignment")
     angles_raw = _list(data, "edges_foldAngle", required=False)
@@ -199,26 +226,32 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
             raise ValueError(f"edges_assignment[{i}]: unknown assignment {a!r} (expected one of B, M, V, F, U)")
         a = a.upper()
         assign.append(a)
-        if angles_raw is not None:
-            ang = angles_raw[i]
-            if ang is None:
-                ang = 0.0
-            if not _number(ang):
-                raise ValueError(f"edges_foldAngle[{i}]: expected a number (degrees), got {ang!r}")
-            if abs(ang) > 180 + 1e-9:
-                raise ValueError(f"edges_foldAngle[{i}]: {ang} deg is outside [-180, 180]")
-            if (a == "V" and ang < 0) or (a == "M" and ang > 0):
-                raise ValueError(f"edges_foldAngle[{i}]: {ang} deg contradicts assignment {a!r} "
-                                 "(FOLD: valley positive, mountain negative)")
-            if a in "BF" and ang != 0:
-                raise ValueError(f"edges_foldAngle[{i}]: {a!r} edge with non-zero fold angle {ang}")
-            angles.append(math.radians(ang))
-        else:
-            angles.append(0.0)
+        angles.append(0.0 if angles_raw is None else _fold_angle(angles_raw[i], i, a))
     if fold_fraction is not None:
         angles = [math.pi * fold_fraction * {"M": -1.0, "V": 1.0}.get(a, 0.0) for a in assign]
+    return edges, assign, angles, edge_index
 
-    # which faces border each edge
+
+def _fold_angle(ang, i, a) -> float:
+    """Edge ``i``'s ``edges_foldAngle`` entry in radians (``null``: 0), checked against
+    its assignment ``a`` (FOLD: valley positive, mountain negative, B and F flat)."""
+    if ang is None:
+        ang = 0.0
+    if not _number(ang):
+        raise ValueError(f"edges_foldAngle[{i}]: expected a number (degrees), got {ang!r}")
+    if abs(ang) > 180 + 1e-9:
+        raise ValueError(f"edges_foldAngle[{i}]: {ang} deg is outside [-180, 180]")
+    if (a == "V" and ang < 0) or (a == "M" and ang > 0):
+        raise ValueError(f"edges_foldAngle[{i}]: {ang} deg contradicts assignment {a!r} "
+                         "(FOLD: valley positive, mountain negative)")
+    if a in "BF" and ang != 0:
+        raise ValueError(f"edges_foldAngle[{i}]: {a!r} edge with non-zero fold angle {ang}")
+    return math.radians(ang)
+
+
+def _face_borders(faces, edge_index, assign):
+    """``{edge: [faces it borders]}``; every face side is an edge, a boundary edge borders
+    one face and every other edge two."""
     border = defaultdict(list)
     for fi, f in enumerate(faces):
         for k in range(len(f)):
@@ -233,8 +266,12 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
             raise ValueError(f"edges_vertices[{i}]: boundary edge (B) borders {n} faces, expected 1")
         if a != "B" and n != 2:
             raise ValueError(f"edges_vertices[{i}]: {a} crease borders {n} faces, expected exactly 2")
+    return border
 
-    # weld faces across F edges
+
+def _weld_flat_edges(faces, border, assign):
+    """Faces joined by ``F`` edges welded into one panel (union-find): ``groups``
+    (``{lowest face index: member faces}``) and ``panel_of`` (``{face: panel name}``)."""
     parent = list(range(len(faces)))
 
     def find(x):
@@ -252,8 +289,13 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
     for fi in range(len(faces)):
         groups[find(fi)].append(fi)
     panel_of = {fi: f"f{g}" for g, members in groups.items() for fi in members}
+    return groups, panel_of
 
-    # panels
+
+def _panels(groups, faces, V, density):
+    """One rigid :class:`~diffmb.origami.pattern.Panel` per group of welded faces: summed
+    mass, area-weighted centre of mass, summed (parallel-axis) plate inertias, the outer
+    boundary as its polygon; and each panel's area."""
     panels, areas = {}, {}
     for g, members in sorted(groups.items()):
         polys = [V[faces[fi]] for fi in members]
@@ -269,13 +311,17 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
         name = f"f{g}"
         panels[name] = Panel(name, outline, mass, inertia, com)
         areas[name] = mass / density
+    return panels, areas
 
-    # root
+
+def _root(root, panels, areas, panel_of, n_faces, hub_mass) -> str:
+    """The root panel's name (the largest, first on ties, or the panel of face ``root``),
+    its mass set to ``hub_mass`` (inertia scaled with it) when given."""
     if root is None or root == "hub":
         root_name = max(panels, key=lambda n: (areas[n], -int(n[1:])))
     elif isinstance(root, (int, np.integer)) and not isinstance(root, bool):
-        if not 0 <= root < len(faces):
-            raise ValueError(f"root: face index {root} out of range (there are {len(faces)} faces)")
+        if not 0 <= root < n_faces:
+            raise ValueError(f"root: face index {root} out of range (there are {n_faces} faces)")
         root_name = panel_of[int(root)]
     else:
         raise ValueError(f"root: expected None, 'hub' or a face index, got {root!r}")
@@ -283,8 +329,12 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
         p = panels[root_name]
         p.inertia = p.inertia * (hub_mass / p.mass)
         p.mass = float(hub_mass)
+    return root_name
 
-    # creases: one hinge per pair of panels (collinear segments merged)
+
+def _hinge_pairs(assign, border, panel_of):
+    """``{frozenset of two panels: [crease edges between them]}``: collinear segments
+    between the same two panels become one hinge."""
     by_pair = defaultdict(list)
     for i, a in enumerate(assign):
         if a in "MVU":
@@ -294,37 +344,38 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
                 raise ValueError(f"edges_vertices[{i}]: {a} crease inside one panel "
                                  "(its faces are welded by F edges)")
             by_pair[frozenset((pa, pb))].append(i)
-    own = {key: _per_edge(data, f"diffmb:edges_{key}", len(edges_raw), default)
-           for key, default in (("stiffness", stiffness), ("damping", damping))}
-    creases = []
-    for pair, idx in sorted(by_pair.items(), key=lambda kv: kv[1][0]):
-        i0 = idx[0]
-        pts = np.array([V[v] for i in idx for v in edges[i]])
-        d = V[edges[i0][1]] - V[edges[i0][0]]
-        d = d / np.linalg.norm(d)
-        off = pts - V[edges[i0][0]]
-        if np.abs(off[:, 0] * d[1] - off[:, 1] * d[0]).max() > 1e-9 * max(1.0, np.abs(off).max()):
-            raise ValueError(f"edges_vertices[{i0}]: panels {sorted(pair)} share creases {idx} "
-                             "that are not collinear (no single hinge axis)")
-        if any(abs(angles[i] - angles[i0]) > 1e-12 for i in idx):
-            raise ValueError(f"edges_foldAngle[{i0}]: collinear creases {idx} between the same "
-                             "panels have different fold angles")
-        s = off @ d
-        p1, p2 = pts[np.argmin(s)], pts[np.argmax(s)]
-        a_name, b_name = panel_of[border[i0][0]], panel_of[border[i0][1]]
-        for name in (a_name, b_name):  # build() orients a hinge by the side the panel's CoM is on
-            side = _side(p1, p2, panels[name].centroid())
-            face_side = _side(p1, p2, polygon_centroid(V[faces[next(f for f in border[i0] if panel_of[f] == name)]]))
-            if side * face_side <= 0:
-                raise ValueError(f"edges_vertices[{i0}]: the centre of mass of panel {name!r} does not lie "
-                                 "on its side of the crease (non-convex panel); the hinge sign is ambiguous")
-        for key, values in own.items():
-            if any(values[i] != values[i0] for i in idx):
-                raise ValueError(f"diffmb:edges_{key}[{i0}]: collinear creases {idx} between the same panels "
-                                 f"(one hinge) have different values {[values[i] for i in idx]}")
-        creases.append(Crease(a_name, b_name, p1, p2, angles[i0], own["stiffness"][i0], own["damping"][i0],
-                              name=f"e{i0}"))
-    return CreasePattern(list(panels.values()), creases, root=root_name)
+    return by_pair
+
+
+def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own) -> Crease:
+    """The hinge ``e<idx[0]>`` between the two panels of ``pair`` along the crease edges
+    ``idx``: collinear, one fold angle, one stiffness and damping (``own``: per edge),
+    each panel's centre of mass on its own side of the hinge line."""
+    i0 = idx[0]
+    pts = np.array([V[v] for i in idx for v in edges[i]])
+    d = V[edges[i0][1]] - V[edges[i0][0]]
+    d = d / np.linalg.norm(d)
+    off = pts - V[edges[i0][0]]
+    if np.abs(off[:, 0] * d[1] - off[:, 1] * d[0]).max() > 1e-9 * max(1.0, np.abs(off).max()):
+        raise ValueError(f"edges_vertices[{i0}]: panels {sorted(pair)} share creases {idx} "
+                         "that are not collinear (no single hinge axis)")
+    if any(abs(angles[i] - angles[i0]) > 1e-12 for i in idx):
+        raise ValueError(f"edges_foldAngle[{i0}]: collinear creases {idx} between the same "
+                         "panels have different fold angles")
+    s = off @ d
+    p1, p2 = pts[np.argmin(s)], pts[np.argmax(s)]
+    a_name, b_name = panel_of[border[i0][0]], panel_of[border[i0][1]]
+    for name in (a_name, b_name):  # build() orients a hinge by the side the panel's CoM is on
+        side = _side(p1, p2, panels[name].centroid())
+        face_side = _side(p1, p2, polygon_centroid(V[faces[next(f for f in border[i0] if panel_of[f] == name)]]))
+        if side * face_side <= 0:
+            raise ValueError(f"edges_vertices[{i0}]: the centre of mass of panel {name!r} does not lie "
+                             "on its side of the crease (non-convex panel); the hinge sign is ambiguous")
+    for key, values in own.items():
+        if any(values[i] != values[i0] for i in idx):
+            raise ValueError(f"diffmb:edges_{key}[{i0}]: collinear creases {idx} between the same panels "
+                             f"(one hinge) have different values {[values[i] for i in idx]}")
+    return Crease(a_name, b_name, p1, p2, angles[i0], own["stiffness"][i0], own["damping"][i0], name=f"e{i0}")
 
 
 def _per_edge(data, key, n, default) -> list:
