@@ -137,15 +137,42 @@ def make_structure(
     inconsistent string data (both rest_length and rest_fraction, both a stiffness and a
     modulus, or neither).
     """
+    N = _nodes(nodes)
+    n = N.shape[0]
+    bars = _members(bars, n, "bar")
+    strings = _members(strings, n, "string")
+    _check_members(N, bars, strings, length_tol)
+    fixed_mask = _fixed_mask(fixed, n)
+    full = fixed_mask.all(axis=1)
+    _check_bars_can_move(bars, full)
+    A_lin, b_lin = _linear_constraints(N, fixed_mask, linear_constraints)
+    blen, radius, bmass, bE, bnu = _bar_properties(N, bars, bar_radius, bar_density, bar_mass, bar_E, bar_nu)
+    pm = _point_masses(point_masses, n)
+    _check_free_nodes_have_mass(bars, pm, full)
+    rest, K, EA = _string_properties(N, strings, rest_length, rest_fraction, string_stiffness, string_E,
+                                     string_radius)
+    c = _per_member(damping, len(strings), "string", "damping", allow_zero=True)
+    g = _gravity(gravity)
+    return Structure(nodes=N, bars=bars, strings=strings, fixed=fixed_mask, A_lin=A_lin,
+                     b_lin=b_lin, point_mass=pm, bar_mass=bmass, bar_radius=radius,
+                     bar_length=blen, bar_E=bE, bar_nu=bnu, string_K=K, string_rest=rest,
+                     string_damping=c, gravity=g, string_EA=EA)
+
+
+def _nodes(nodes) -> np.ndarray:
+    """The nodal positions ``N`` as a finite ``(n, 3)`` array, ``n >= 2``."""
     N = np.asarray(nodes, dtype=float)
     if N.ndim != 2 or N.shape[1] != 3 or N.shape[0] < 2:
         raise ValueError(f"nodes: expected an (n, 3) array with n >= 2, got shape {N.shape}")
     if not np.all(np.isfinite(N)):
         bad = int(np.argwhere(~np.isfinite(N))[0, 0])
         raise ValueError(f"node {bad}: position is not finite ({N[bad].tolist()})")
+    return N
+
+
+def _check_members(N, bars, strings, length_tol):
+    """No member repeated (as a bar or a string), none of zero length, no node in none."""
     n = N.shape[0]
-    bars = _members(bars, n, "bar")
-    strings = _members(strings, n, "string")
     seen = {}
     for kind, members in (("bar", bars), ("string", strings)):
         for k, (i, j) in enumerate(members):
@@ -161,14 +188,19 @@ def make_structure(
     if not used.all():
         raise ValueError(f"node {int(np.argmin(used))} is dangling: no bar or string connects it")
 
-    fixed_mask = _fixed_mask(fixed, n)
-    full = fixed_mask.all(axis=1)
+
+def _check_bars_can_move(bars, full):
+    """No bar between two fully fixed nodes (``full``: per node)."""
     for k, (i, j) in enumerate(bars):
         if full[i] and full[j]:
             raise ValueError(f"bar {k} (nodes {i}-{j}) joins two fixed nodes; it can never move "
                              f"(remove it or free a node)")
 
-    # linear constraints: fixed coordinates (to their initial values), then user rows
+
+def _linear_constraints(N, fixed_mask, linear_constraints):
+    """``(A_lin, b_lin)``: the fixed coordinates held at their initial values, then the
+    user's rows ``(A, b)`` (which the initial nodes must satisfy); independent rows."""
+    n = N.shape[0]
     rows, rhs = [], []
     for i in range(n):
         for a in range(3):
@@ -195,8 +227,13 @@ def make_structure(
     b_lin = np.array(rhs, float)
     if A_lin.shape[0] and np.linalg.matrix_rank(A_lin) < A_lin.shape[0]:
         raise ValueError("linear_constraints: rows are linearly dependent (or repeat fixed coordinates)")
+    return A_lin, b_lin
 
-    nb, ns = len(bars), len(strings)
+
+def _bar_properties(N, bars, bar_radius, bar_density, bar_mass, bar_E, bar_nu):
+    """Per bar ``(length, radius, mass, E, nu)``: the mass given or ``density pi r^2 l``,
+    Poisson's ratio below 0.5."""
+    nb = len(bars)
     blen = _lengths(N, bars)
     radius = _per_member(bar_radius, nb, "bar", "radius")
     if (bar_density is None) == (bar_mass is None):
@@ -213,20 +250,31 @@ def make_structure(
     if np.any(bnu >= 0.5):
         k = int(np.argmax(bnu >= 0.5))
         raise ValueError(f"bar {k}: Poisson's ratio must be below 0.5, got {bnu[k]:g}")
+    return blen, radius, bmass, bE, bnu
 
+
+def _point_masses(point_masses, n) -> np.ndarray:
+    """``L_pm``: the point mass at each node (0 where none), from ``{node: mass}`` or ``(n,)``."""
     pm = np.zeros(n)
-    if point_masses is not None:
-        if isinstance(point_masses, dict):
-            for i, m in point_masses.items():
-                if not (isinstance(i, int | np.integer) and 0 <= i < n):
-                    raise ValueError(f"point_masses: node {i!r} out of range 0..{n - 1}")
-                if not (math.isfinite(m) and m > 0):
-                    raise ValueError(f"point_masses: node {i}: mass must be positive, got {m}")
-                pm[i] = float(m)
-        else:
-            pm = np.asarray(point_masses, float)
-            if pm.shape != (n,) or np.any(pm < 0) or not np.all(np.isfinite(pm)):
-                raise ValueError(f"point_masses: expected {n} non-negative values or a {{node: mass}} dict")
+    if point_masses is None:
+        return pm
+    if isinstance(point_masses, dict):
+        for i, m in point_masses.items():
+            if not (isinstance(i, int | np.integer) and 0 <= i < n):
+                raise ValueError(f"point_masses: node {i!r} out of range 0..{n - 1}")
+            if not (math.isfinite(m) and m > 0):
+                raise ValueError(f"point_masses: node {i}: mass must be positive, got {m}")
+            pm[i] = float(m)
+        return pm
+    pm = np.asarray(point_masses, float)
+    if pm.shape != (n,) or np.any(pm < 0) or not np.all(np.isfinite(pm)):
+        raise ValueError(f"point_masses: expected {n} non-negative values or a {{node: mass}} dict")
+    return pm
+
+
+def _check_free_nodes_have_mass(bars, pm, full):
+    """Every node that is not fully fixed carries mass: a bar's or a point mass."""
+    n = pm.shape[0]
     in_bar = np.zeros(n, bool)
     for i, j in bars:
         in_bar[i] = in_bar[j] = True
@@ -235,6 +283,11 @@ def make_structure(
             raise ValueError(f"node {i} is free but massless: only strings meet there; give it a "
                              f"point mass (point_masses={{{i}: m}}) or fix it")
 
+
+def _string_properties(N, strings, rest_length, rest_fraction, string_stiffness, string_E, string_radius):
+    """Per string ``(rest length, K, EA)``: the rest length given or a fraction of the
+    initial length; ``K`` given, or ``E A / l0`` (then ``EA`` is kept, else None)."""
+    ns = len(strings)
     slen = _lengths(N, strings)
     if rest_length is not None and rest_fraction is not None:
         raise ValueError("strings: give rest_length or rest_fraction, not both (inconsistent prestress)")
@@ -256,14 +309,14 @@ def make_structure(
         EA = (_per_member(string_E, ns, "string", "Young's modulus")
               * np.pi * _per_member(string_radius, ns, "string", "radius") ** 2)
         K = EA / rest
-    c = _per_member(damping, ns, "string", "damping", allow_zero=True)
+    return rest, K, EA
+
+
+def _gravity(gravity) -> np.ndarray:
     g = np.asarray(gravity, float)
     if g.shape != (3,) or not np.all(np.isfinite(g)):
         raise ValueError(f"gravity: expected 3 finite numbers, got {gravity!r}")
-    return Structure(nodes=N, bars=bars, strings=strings, fixed=fixed_mask, A_lin=A_lin,
-                     b_lin=b_lin, point_mass=pm, bar_mass=bmass, bar_radius=radius,
-                     bar_length=blen, bar_E=bE, bar_nu=bnu, string_K=K, string_rest=rest,
-                     string_damping=c, gravity=g, string_EA=EA)
+    return g
 
 
 def _members(members, n, kind):
@@ -320,23 +373,42 @@ def prestress_to_equilibrium(structure: Structure, *, compressible: bool = False
     from scipy.optimize import linprog
 
     s = structure
-    n3 = 3 * s.n_nodes
-    N = s.nodes
     ns, nb = len(s.strings), len(s.bars)
+    cost, Aeq, beq, bounds = _equilibrium_programme(s, compressible, min_force_density, extra_force)
+    res = linprog(cost, A_eq=Aeq, b_eq=beq, bounds=bounds, method="highs")
+    if res.status != 0:
+        raise ValueError(f"prestress: no string force densities >= {min_force_density:g} hold the "
+                         f"initial nodes in equilibrium ({res.message.strip()}); inconsistent prestress")
+    rest, K = _string_rest_lengths(s, res.x[:ns])
+    out = s.replace(string_rest=rest, string_K=K)
+    if compressible:
+        out = out.replace(bar_length=_bar_rest_lengths(s, res.x[ns:ns + nb]))
+    return out
+
+
+def _member_columns(N, members, n3):
+    """Per member ``(i, j)`` the column ``Y_k^T Y_k q`` (``X_k^T X_k q`` for bars): ``+d``
+    at node ``j``, ``-d`` at node ``i``, ``d = N_j - N_i``."""
     cols = []
-    for i, j in s.strings:  # Y_k^T Y_k q: +s_k at node j, -s_k at node i
+    for i, j in members:
         v = np.zeros(n3)
         d = N[j] - N[i]
         v[3 * j:3 * j + 3] += d
         v[3 * i:3 * i + 3] -= d
         cols.append(v)
-    Xcols = []
-    for i, j in s.bars:
-        v = np.zeros(n3)
-        d = N[j] - N[i]
-        v[3 * j:3 * j + 3] += d
-        v[3 * i:3 * i + 3] -= d
-        Xcols.append(v)
+    return cols
+
+
+def _equilibrium_programme(s, compressible, min_force_density, extra_force):
+    """``(cost, A_eq, b_eq, bounds)`` of the linear programme in force densities (string
+    ``sigma``, compressible-bar ``Psi``, both ``>= min_force_density``) and constraint
+    multipliers ``lambda`` (free): eq. 19 at rest (eq. 57 with compressible bars),
+    minimising the total force density."""
+    n3 = 3 * s.n_nodes
+    N = s.nodes
+    ns, nb = len(s.strings), len(s.bars)
+    cols = _member_columns(N, s.strings, n3)
+    Xcols = _member_columns(N, s.bars, n3)
     L = np.array(cols).T.reshape(n3, ns)
     Rq = [s.A_lin] + ([] if compressible else [2.0 * np.array(Xcols).reshape(nb, n3)])
     Rq = np.concatenate(Rq, axis=0)
@@ -351,30 +423,31 @@ def prestress_to_equilibrium(structure: Structure, *, compressible: bool = False
     npos = ns + (nb if compressible else 0)
     cost = np.concatenate([np.ones(npos), np.zeros(nvar - npos)])
     bounds = [(min_force_density, None)] * npos + [(None, None)] * (nvar - npos)
-    res = linprog(cost, A_eq=Aeq, b_eq=beq, bounds=bounds, method="highs")
-    if res.status != 0:
-        raise ValueError(f"prestress: no string force densities >= {min_force_density:g} hold the "
-                         f"initial nodes in equilibrium ({res.message.strip()}); inconsistent prestress")
-    sigma = res.x[:ns]
+    return cost, Aeq, beq, bounds
+
+
+def _string_rest_lengths(s, sigma):
+    """``(rest, K)`` of the strings under force densities ``sigma`` (eq. 13): ``l0 = L (1 -
+    sigma / K)`` for a given stiffness, ``l0 = EA L / (EA + sigma L)`` when ``K = EA / l0``."""
     slen = s.string_lengths()
     if s.string_EA is not None:
         rest = s.string_EA * slen / (s.string_EA + sigma * slen)
-        K = s.string_EA / rest
-    else:
-        K = s.string_K
-        rest = slen * (1.0 - sigma / K)
-        if np.any(rest <= 0):
-            k = int(np.argmin(rest))
-            raise ValueError(f"string {k}: prestress needs tension {sigma[k] * slen[k]:.4g} N, beyond "
-                             f"K L = {K[k] * slen[k]:.4g} N (rest length would be <= 0); inconsistent prestress")
-    out = s.replace(string_rest=rest, string_K=K)
-    if compressible:
-        psi = res.x[ns:ns + nb]  # compression force densities (positive)
-        blen = s.bar_lengths()
-        EA = s.bar_E * np.pi * s.bar_radius**2
-        # compression -psi*l = EA (l - l0)/l0  ->  l0 = EA l / (EA - psi l)
-        if np.any(EA - psi * blen <= 0):
-            k = int(np.argmax(psi * blen - EA))
-            raise ValueError(f"bar {k}: prestress compression exceeds E A; inconsistent prestress")
-        out = out.replace(bar_length=EA * blen / (EA - psi * blen))
-    return out
+        return rest, s.string_EA / rest
+    K = s.string_K
+    rest = slen * (1.0 - sigma / K)
+    if np.any(rest <= 0):
+        k = int(np.argmin(rest))
+        raise ValueError(f"string {k}: prestress needs tension {sigma[k] * slen[k]:.4g} N, beyond "
+                         f"K L = {K[k] * slen[k]:.4g} N (rest length would be <= 0); inconsistent prestress")
+    return rest, K
+
+
+def _bar_rest_lengths(s, psi):
+    """Rest lengths of compressible bars under compression force densities ``psi``
+    (positive): ``-psi l = EA (l - l0) / l0``, so ``l0 = EA l / (EA - psi l)``."""
+    blen = s.bar_lengths()
+    EA = s.bar_E * np.pi * s.bar_radius**2
+    if np.any(EA - psi * blen <= 0):
+        k = int(np.argmax(psi * blen - EA))
+        raise ValueError(f"bar {k}: prestress compression exceeds E A; inconsistent prestress")
+    return EA * blen / (EA - psi * blen)
