@@ -29,7 +29,10 @@ def articulated(system, beta, own, fu, maps, params):
             else:
                 Ui = IA[i] @ S
                 D = S.T @ Ui
-                Di = jnp.linalg.inv(0.5 * (D + D.T))
+                # D is symmetric positive definite: its inverse by Cholesky, not by LU (whose
+                # pivot permutation XLA runs as a loop on a CPU)
+                Di = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(0.5 * (D + D.T)), True),
+                                                jnp.eye(D.shape[0], dtype=D.dtype))
                 Ia = IA[i] - Ui @ Di @ Ui.T
             U[i], Dinv[i] = Ui, Di
             uu[i] = tau - S.T @ pA[i]
