@@ -283,70 +283,124 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
         raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
     if shooting > 1:
         continuation = False if continuation is True else continuation
-    res, z, lower, upper, lmask = pb.res, pb.z, pb.lower, pb.upper, pb.log_mask
-    records, model, columns, t, y, mask, w, known = (pb.records, pb.sensors, pb.columns, pb.t, pb.y, pb.mask,
-                                                      pb.weights, pb.known)
-    physics, v0, names, p = pb.physics, pb.start, res.unknowns.names, len(pb.physics)
-    history, compile_s = [], 0.0
-    budget = {"left": int(max_iterations), "converged": False}
+    lm = _Solver(pb, tol=tol, lm_lambda=lm_lambda, callback=callback,
+                 stopped=(lambda: False) if stop is None else stop, left=int(max_iterations))
     t_loop = time.perf_counter()
-    initial_rms = None
-    stopped = (lambda: False) if stop is None else stop
+    res, z, r, J, initial_rms = _continuation(lm, pb, continuation, max_iterations)
+    res, z, r, J, w = _reweighted(lm, pb, res, z, r, J)
+    result, unidentified = _result(lm, pb, res, z, r, J, w, initial_rms, max_iterations, t_loop)
+    _warn(result.warnings, unidentified)
+    return result
 
-    seen_full = None
 
-    def stage(res, z, horizon_label, iterations):
-        nonlocal compile_s
+@dataclass
+class _Solver:
+    """The Levenberg-Marquardt stages of one fit: they share its iteration budget
+    (``left``), its ``history`` and its ``callback``, and each linearises first
+    (``compile_s``: the first linearisation, the program's compile)."""
+
+    pb: Problem
+    tol: float
+    lm_lambda: float
+    callback: object
+    stopped: object
+    left: int
+    converged: bool = False
+    history: list = field(default_factory=list)
+    compile_s: float = 0.0
+    seen_full: object = None
+
+    def stage(self, res, z, horizon_label, iterations):
+        """Fit from ``z`` with ``res`` for at most ``iterations``; returns ``(z, r, J)``."""
         tic = time.perf_counter()
         r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
-        if compile_s == 0.0:
-            compile_s = time.perf_counter() - tic
-        if iterations < 1 or stopped():
+        if self.compile_s == 0.0:
+            self.compile_s = time.perf_counter() - tic
+        if iterations < 1 or self.stopped():
             return z, r, J
         # a continuation stage moves only what its horizon sees (1 % of the whole
         # record's sensitivity): a tape spring's peak moment, reached late in a
         # deployment, must not wander while the first second is fitted
         seen = np.linalg.norm(J, axis=0)
-        active = seen >= STAGE_SENSITIVITY * seen_full if seen_full is not None else None
+        active = seen >= STAGE_SENSITIVITY * self.seen_full if self.seen_full is not None else None
+        names, p = self.pb.res.unknowns.names, len(self.pb.physics)
 
         def on_step(zz, cost):
             theta = _named(res, zz, names)
-            history.append({"iteration": len(history) + 1, "horizon": horizon_label, "cost": cost, "params": theta})
-            if callback is not None:
-                callback(len(history), cost, theta, horizon_label)
+            self.history.append({"iteration": len(self.history) + 1, "horizon": horizon_label, "cost": cost,
+                                 "params": theta})
+            if self.callback is not None:
+                self.callback(len(self.history), cost, theta, horizon_label)
 
-        z, r, J, its, budget["converged"] = levenberg_marquardt(
+        z, r, J, its, self.converged = levenberg_marquardt(
             lambda zz: residual_value(res, jnp.asarray(zz)),
             lambda zz: residual_and_jacobian(res, jnp.asarray(zz)), z, r, J,
-            lower=lower, upper=upper, log_mask=np.concatenate([lmask, np.zeros(len(z) - p, bool)]),
-            max_iterations=iterations, tol=tol, lam=lm_lambda, active=active, on_step=on_step, stop=stopped)
-        budget["left"] -= its
+            lower=self.pb.lower, upper=self.pb.upper,
+            log_mask=np.concatenate([self.pb.log_mask, np.zeros(len(z) - p, bool)]),
+            max_iterations=iterations, tol=self.tol, lam=self.lm_lambda, active=active, on_step=on_step,
+            stop=self.stopped)
+        self.left -= its
         return z, r, J
 
+
+def _continuation(lm, pb, continuation, max_iterations):
+    """Fit growing prefixes of the records (:func:`_stages`; only the longest horizons
+    when the budget is short, each stage keeping one iteration for every later one).
+    Returns ``(res, z, r, J, initial_rms)``."""
+    res, z, t = pb.res, pb.z, pb.t
+    initial_rms = None
     stages = _stages(continuation)[-int(max_iterations):]
     if len(stages) > 1:
         tic = time.perf_counter()
-        seen_full = np.linalg.norm(np.asarray(residual_and_jacobian(res, jnp.asarray(z))[1]), axis=0)
-        compile_s = time.perf_counter() - tic
+        lm.seen_full = np.linalg.norm(np.asarray(residual_and_jacobian(res, jnp.asarray(z))[1]), axis=0)
+        lm.compile_s = time.perf_counter() - tic
     for k, frac in enumerate(stages):
         span = t[:, -1:] - t[:, :1]
         res = eqx.tree_at(lambda r_: r_.horizon, res, jnp.asarray((t <= t[:, :1] + frac * span + 1e-12).astype(float)))
         if initial_rms is None:
-            initial_rms = _rms(np.asarray(predictions(res, jnp.asarray(z))), y, mask)
-        z, r, J = stage(res, z, float(frac), budget["left"] - (len(stages) - 1 - k))
-    groups = _noise_groups(known, columns, model)
-    if len(groups) > 1 or (groups and known.any()):  # mixed units: weigh each by its own noise
-        seen_full = None
+            initial_rms = _rms(np.asarray(predictions(res, jnp.asarray(z))), pb.y, pb.mask)
+        z, r, J = lm.stage(res, z, float(frac), lm.left - (len(stages) - 1 - k))
+    return res, z, r, J, initial_rms
+
+
+def _reweighted(lm, pb, res, z, r, J):
+    """Where columns of more than one sensor kind (or some of them) lack a declared noise,
+    weigh each kind by its own residual RMS and fit again, until the estimate settles
+    (:data:`REWEIGHT_ROUNDS`). Returns ``(res, z, r, J, weights)``."""
+    w = pb.weights
+    groups = _noise_groups(pb.known, pb.columns, pb.sensors)
+    if len(groups) > 1 or (groups and pb.known.any()):  # mixed units: weigh each by its own noise
+        lm.seen_full = None
         for _ in range(REWEIGHT_ROUNDS):  # the first estimate carries the unweighted fit's error
-            w_new = _estimated_noise(w, groups, np.asarray(predictions(res, jnp.asarray(z))), y, mask)
+            w_new = _estimated_noise(w, groups, np.asarray(predictions(res, jnp.asarray(z))), pb.y, pb.mask)
             settled = np.allclose(w_new, w, rtol=0.05)
             w = w_new
             res = eqx.tree_at(lambda r_: r_.weights, res, jnp.asarray(w))
-            if settled or budget["left"] < 1 or stopped():
+            if settled or lm.left < 1 or lm.stopped():
                 break
-            z, r, J = stage(res, z, "reweighted", budget["left"])
+            z, r, J = lm.stage(res, z, "reweighted", lm.left)
         r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
+    return res, z, r, J, w
 
+
+def _standard_errors(Jn, r, J, gof, n_fit, names):
+    """``(se_noise, se_scaled, identifiability)`` from the Jacobian ``Jn`` in natural
+    units: the noise-only errors, and those scaled by the reduced chi-square."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        se_noise = np.sqrt(np.maximum(np.diag(noise_covariance(Jn))[:n_fit], 0.0))
+        reduced = (gof["total"]["reduced_chi2"] if gof["total"] is not None
+                   else float(r @ r) / max(1, r.size - J.shape[1]))
+        se_scaled = se_noise * math.sqrt(max(reduced, 0.0))
+        ident = identifiability(Jn[:, :n_fit], names)
+    return se_noise, se_scaled, ident
+
+
+def _result(lm, pb, res, z, r, J, w, initial_rms, max_iterations, t_loop):
+    """The :class:`FitResult` at ``z`` (values, standard errors on the basis the
+    goodness-of-fit test picks, the warnings that say what not to trust) and the
+    identifiability warnings among its ``warnings``."""
+    names, p, lmask = res.unknowns.names, len(pb.physics), pb.log_mask
+    y, mask, columns, model, known = pb.y, pb.mask, pb.columns, pb.sensors, pb.known
     theta = np.asarray(res.natural(jnp.asarray(z)))
     scale = np.concatenate([np.where(lmask, theta, 1.0), np.ones(len(z) - p)])
     Jn = J / scale[None, :]
@@ -354,32 +408,36 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
     pred = np.asarray(predictions(res, jnp.asarray(z)))
     gof = goodness_of_fit((pred - y) / w, mask, leverages(J)[: pred.size].reshape(pred.shape),
                           _sensor_columns(model, columns), known)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        se_noise = np.sqrt(np.maximum(np.diag(noise_covariance(Jn))[:n_fit], 0.0))
-        reduced = (gof["total"]["reduced_chi2"] if gof["total"] is not None
-                   else float(r @ r) / max(1, r.size - J.shape[1]))
-        se_scaled = se_noise * math.sqrt(max(reduced, 0.0))
-        ident = identifiability(Jn[:, :n_fit], names)
+    se_noise, se_scaled, ident = _standard_errors(Jn, r, J, gof, n_fit, names)
     basis = "noise" if gof["total"] is not None and gof["passed"] else "scaled"
     se = se_noise if basis == "noise" else se_scaled
     values = np.concatenate([theta, z[p:n_fit]])
-    trust = _trust(names, values, se, z[:n_fit], lower[:n_fit], upper[:n_fit], lmask,
+    trust = _trust(names, values, se, z[:n_fit], pb.lower[:n_fit], pb.upper[:n_fit], lmask,
                    _weighted_rms(pred, y, mask, w, known)) + failures(gof)
-    for message in ident["warnings"] + trust:
-        warnings.warn(message, IdentifiabilityWarning if message in ident["warnings"] else FitWarning,
-                      stacklevel=2)
-    return FitResult(names=names, params=dict(zip(names, map(float, values))),
-                     stderr=dict(zip(names, map(float, se))), rms=_rms(pred, y, mask),
-                     initial={**dict(zip(physics, map(float, v0))), **{n: 0.0 for n in names[p:]}},
-                     initial_rms=initial_rms, iterations=int(max_iterations) - budget["left"],
-                     converged=bool(budget["converged"]) and not trust_breaks(trust) and not stopped(),
-                     history=history, wall_s=time.perf_counter() - t_loop - compile_s, compile_s=compile_s,
-                     correlation=ident["correlation"].tolist(), condition=ident["condition"],
-                     warnings=ident["warnings"] + trust, records=_report(records, model, columns, pred, y, mask,
-                                     column_units(model.sensors, state_units(res.bindings.system))),
-                     columns=columns, predictions=pred, noise=dict(zip(columns, map(float, w))),
-                     interrupted=bool(stopped()), stderr_noise=dict(zip(names, map(float, se_noise))),
-                     stderr_scaled=dict(zip(names, map(float, se_scaled))), stderr_basis=basis, goodness=gof)
+    stopped = lm.stopped
+    units = column_units(model.sensors, state_units(res.bindings.system))
+    result = FitResult(
+        names=names, params=dict(zip(names, map(float, values))),
+        stderr=dict(zip(names, map(float, se))), rms=_rms(pred, y, mask),
+        initial={**dict(zip(pb.physics, map(float, pb.start))), **{n: 0.0 for n in names[p:]}},
+        initial_rms=initial_rms, iterations=int(max_iterations) - lm.left,
+        converged=bool(lm.converged) and not trust_breaks(trust) and not stopped(),
+        history=lm.history, wall_s=time.perf_counter() - t_loop - lm.compile_s, compile_s=lm.compile_s,
+        correlation=ident["correlation"].tolist(), condition=ident["condition"],
+        warnings=ident["warnings"] + trust, records=_report(pb.records, model, columns, pred, y, mask, units),
+        columns=columns, predictions=pred, noise=dict(zip(columns, map(float, w))),
+        interrupted=bool(stopped()), stderr_noise=dict(zip(names, map(float, se_noise))),
+        stderr_scaled=dict(zip(names, map(float, se_scaled))), stderr_basis=basis, goodness=gof)
+    return result, ident["warnings"]
+
+
+def _warn(messages, unidentified):
+    """Issue the fit's warnings: those in ``unidentified`` as
+    :class:`IdentifiabilityWarning`, the others as :class:`FitWarning` (stacklevel 3: the
+    caller of :func:`fit`)."""
+    for message in messages:
+        warnings.warn(message, IdentifiabilityWarning if message in unidentified else FitWarning,
+                      stacklevel=3)
 
 
 class FitWarning(UserWarning):
