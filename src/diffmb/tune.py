@@ -259,49 +259,84 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     checked after every iteration; when it returns True tuning ends there with
     ``stopped = "interrupted"`` and the best values so far.
     """
+    scenario, b, st = _bind(scenario, names, overrides, stabilization, t1=t1, dt=dt, solver=solver,
+                            rtol=rtol, atol=atol)
+    names = b.names
+    v0 = np.asarray(b.values, float)
+    mask, start = _log_space(names, v0, log, zero_start)
+    settings = RunSettings(**st, saveat=int(saveat),
+                           max_violation=None if max_violation is None else float(max_violation))
+    obj = _Objective(binding=b, settings=settings, loss=named_loss(loss, scenario, **(loss_weights or {})),
+                     penalty=float(divergence_penalty), log_mask=mask)
+    floor, initial_loss = _initial_loss(obj, v0, loss, loss_weights or {}, stop_at_floor)
+    initial = dict(zip(names, map(float, v0)))
+    if floor is not None and initial_loss <= floor:
+        return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=initial,
+                          best_loss=initial_loss, history=[], stopped="floor", floor=floor)
+    opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(clip), optax.adam(learning_rate))
+    tic = time.perf_counter()
+    history, best, best_loss, stopped, compile_s = _descend(
+        obj, jnp.asarray(start), opt, steps=steps, patience=patience, min_rel_improvement=min_rel_improvement,
+        floor=floor, callback=callback, progress=progress, stop=stop)
+    if initial_loss < best_loss:
+        best, best_loss = initial, initial_loss
+    wall = time.perf_counter() - tic - compile_s
+    return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=best,
+                      best_loss=best_loss, history=history, stopped=stopped,
+                      wall_s=wall, compile_s=compile_s, floor=floor)
+
+
+def _bind(scenario, names, overrides, stabilization, **run):
+    """``(scenario, binding, run settings)``: tuning one of a Scenario's Baumgarte
+    ``gains`` runs with ``baumgarte`` unless another stabilization is asked for."""
     if isinstance(scenario, str):
         scenario = scenarios.get(scenario)
     gains = set(getattr(scenario, "gains", ()))   # a Scenario declares them; a Binding is bound already
     if stabilization is None and gains & set(names) and "baumgarte" in scenario.stabilizations:
         stabilization = "baumgarte"
-    b, st = resolve(scenario, names, overrides, stabilization, t1=t1, dt=dt, solver=solver,
-                    rtol=rtol, atol=atol)
-    names = b.names
+    b, st = resolve(scenario, names, overrides, stabilization, **run)
     if st["t1"] is None:
         raise ValueError("t1: give the horizon to tune over")
-    v0 = np.asarray(b.values, float)
+    return scenario, b, st
+
+
+def _log_space(names, v0, log, zero_start):
+    """``(log_mask, start)``: which parameters are optimised as ``log(value)`` (default:
+    those starting at or above zero) and the optimiser's start (a zero start in log space
+    at ``zero_start``)."""
     log = tuple(n for n, v in zip(names, v0) if v >= 0) if log is None else tuple(log)
     for n in log:
         if n not in names:
             raise ValueError(f"log: {n!r} is not one of the tuned parameters {list(names)}")
     mask = tuple(n in log for n in names)
     start = np.array([math.log(v if v > 0 else zero_start) if m else v for v, m in zip(v0, mask)])
-    settings = RunSettings(**st, saveat=int(saveat),
-                           max_violation=None if max_violation is None else float(max_violation))
-    obj = _Objective(binding=b, settings=settings, loss=named_loss(loss, scenario, **(loss_weights or {})),
-                     penalty=float(divergence_penalty), log_mask=mask)
-    opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(clip), optax.adam(learning_rate))
-    z = jnp.asarray(start)
-    with jax.numpy_dtype_promotion("standard"):
-        state = opt.init(z)
-    to_dict = lambda z_: dict(zip(names, map(float, np.asarray(obj.natural(z_)))))
+    return mask, start
 
-    plain = _Objective(**{f: getattr(obj, f) for f in obj.__dataclass_fields__ if f != "log_mask"},
-                       log_mask=(False,) * len(names))
-    weights = loss_weights or {}
-    floor = None
+
+def _initial_loss(obj, v0, loss, weights, stop_at_floor):
+    """``(floor, initial loss)``: the integrator's floor (:func:`integrator_floor`; None
+    unless ``stop_at_floor`` applies: the violation loss without drift weights) and the
+    loss at the starting values ``v0``."""
+    b, settings = obj.binding, obj.settings
     if stop_at_floor and loss == "violation" and not (weights.get("w_energy") or weights.get("w_momentum")):
         floor, run0 = integrator_floor(b, settings, v0, w_velocity=weights.get("w_velocity", 1.0), with_run=True)
         # the floor's own run at the starting values gives the initial loss: no second compile
         _, missed = _reached(run0, 0.0, settings.t1)
-        initial_loss = float(obj.loss(run0, b.params(jnp.asarray(v0))) + obj.penalty * missed)
-    else:
-        initial_loss = float(_value(plain, jnp.asarray(v0)))
-    initial = dict(zip(names, map(float, v0)))
-    if floor is not None and initial_loss <= floor:
-        return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=initial,
-                          best_loss=initial_loss, history=[], stopped="floor", floor=floor)
-    tic = time.perf_counter()
+        return floor, float(obj.loss(run0, b.params(jnp.asarray(v0))) + obj.penalty * missed)
+    plain = _Objective(**{f: getattr(obj, f) for f in obj.__dataclass_fields__ if f != "log_mask"},
+                       log_mask=(False,) * len(obj.log_mask))
+    return None, float(_value(plain, jnp.asarray(v0)))
+
+
+def _descend(obj, z, opt, *, steps, patience, min_rel_improvement, floor, callback, progress, stop):
+    """Adam on ``log(loss)`` from ``z`` for at most ``steps`` iterations; it stops early on
+    a plateau (no relative improvement of ``min_rel_improvement`` in ``patience``
+    iterations), at the ``floor`` or when ``stop()`` says so. Returns ``(history, best
+    params, best loss, why it stopped, compile seconds)``."""
+    names = obj.binding.names
+    with jax.numpy_dtype_promotion("standard"):
+        state = opt.init(z)
+    to_dict = lambda z_: dict(zip(names, map(float, np.asarray(obj.natural(z_)))))
     history, best, best_loss, since, stopped = [], to_dict(z), math.inf, 0, "steps"
     compile_s = 0.0
     bar = _bar(steps, progress)
@@ -324,26 +359,28 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
             since += 1
             if math.isfinite(val) and val < best_loss:
                 best, best_loss = params_now, val
-        if since >= patience:
-            stopped = "plateau"
-            break
-        if floor is not None and val <= floor:
-            stopped = "floor"
-            break
-        if stop is not None and stop():
-            stopped = "interrupted"
+        why = _why_stop(since, patience, val, floor, stop)
+        if why is not None:
+            stopped = why
             break
         with jax.numpy_dtype_promotion("standard"):  # optax mixes its int step count with floats
             updates, state = opt.update(g, state, z)
             z = optax.apply_updates(z, updates)
     if bar is not None:
         bar.close()
-    if initial_loss < best_loss:
-        best, best_loss = initial, initial_loss
-    wall = time.perf_counter() - tic - compile_s
-    return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=best,
-                      best_loss=best_loss, history=history, stopped=stopped,
-                      wall_s=wall, compile_s=compile_s, floor=floor)
+    return history, best, best_loss, stopped, compile_s
+
+
+def _why_stop(since, patience, val, floor, stop) -> str | None:
+    """Why tuning stops after this iteration (``"plateau"``, ``"floor"``,
+    ``"interrupted"``), or None to go on."""
+    if since >= patience:
+        return "plateau"
+    if floor is not None and val <= floor:
+        return "floor"
+    if stop is not None and stop():
+        return "interrupted"
+    return None
 
 
 def _bar(total, enabled):
