@@ -303,42 +303,13 @@ def simulate(
 def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_steps, events,
              progress, max_violation, adjoint) -> tuple:
     """Validated arguments of the jitted solve: ``(run, system, params, x0, t0, t1, dt0, ts, vmax)``."""
-    if not isinstance(system, System):
-        raise TypeError(f"simulate: expected a diffmb System, got {type(system).__name__}")
-    solver = solver.lower() if isinstance(solver, str) else solver
-    if solver not in SOLVERS:
-        raise ValueError(f"solver: unknown {solver!r}; expected one of {list(SOLVERS)}")
-    t0f, t1f = float(t0), float(t1)
-    if not (math.isfinite(t0f) and math.isfinite(t1f)) or t1f <= t0f:
-        raise ValueError(f"t1 must be finite and greater than t0 (got t0={t0}, t1={t1})")
+    solver, t0f, t1f, events = _check_run(system, t1=t1, t0=t0, dt=dt, solver=solver, rtol=rtol, atol=atol,
+                                          events=events)
     fixed = solver in FIXED_SOLVERS
-    if fixed and dt is None:
-        raise ValueError(f"solver {solver!r} is fixed-step: give dt")
-    if dt is not None and not (float(dt) > 0 and math.isfinite(float(dt))):
-        raise ValueError(f"dt must be positive and finite, got {dt}")
-    if not (rtol > 0 and atol > 0):
-        raise ValueError("rtol and atol must be positive")
-    if events is not None and callable(events):
-        events = [events]
-    events = tuple(events or ())
-    for e in events:
-        if not callable(e):
-            raise TypeError(f"events: {e!r} is not callable")
-    if params is None:
-        params = system.default_params()
-    if x0 is None:
-        x0 = system.init_state(params)
-    x0 = jnp.asarray(x0)
-    n_names = len(system.state_names)
-    if x0.ndim != 1 or x0.shape[0] != n_names:
-        raise ValueError(f"x0: expected shape ({n_names},), got {x0.shape}")
-
+    params, x0 = _initial_values(system, params, x0)
     ts = save_grid(t0f, t1f, None if dt is None else float(dt), saveat)
     if max_steps is None:
-        if fixed:
-            max_steps = _next_pow2(math.ceil((t1f - t0f) / float(dt) * (1 + 1e-9)) + 1)
-        else:
-            max_steps = 1 << 20
+        max_steps = _next_pow2(math.ceil((t1f - t0f) / float(dt) * (1 + 1e-9)) + 1) if fixed else 1 << 20
     dtype = x0.dtype
     # tolerances below the state's resolution collapse the step size (float32 at the
     # origami defaults' rtol 1e-10): raise them to 100 eps of its dtype
@@ -368,6 +339,45 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
             jnp.asarray(ts, dtype),
             jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
     return args
+
+
+def _check_run(system, *, t1, t0, dt, solver, rtol, atol, events):
+    """``(solver, t0, t1, events)`` checked: a System, a known solver (lower case), a
+    finite span, a step for a fixed-step solver, positive tolerances, callable events."""
+    if not isinstance(system, System):
+        raise TypeError(f"simulate: expected a diffmb System, got {type(system).__name__}")
+    solver = solver.lower() if isinstance(solver, str) else solver
+    if solver not in SOLVERS:
+        raise ValueError(f"solver: unknown {solver!r}; expected one of {list(SOLVERS)}")
+    t0f, t1f = float(t0), float(t1)
+    if not (math.isfinite(t0f) and math.isfinite(t1f)) or t1f <= t0f:
+        raise ValueError(f"t1 must be finite and greater than t0 (got t0={t0}, t1={t1})")
+    if solver in FIXED_SOLVERS and dt is None:
+        raise ValueError(f"solver {solver!r} is fixed-step: give dt")
+    if dt is not None and not (float(dt) > 0 and math.isfinite(float(dt))):
+        raise ValueError(f"dt must be positive and finite, got {dt}")
+    if not (rtol > 0 and atol > 0):
+        raise ValueError("rtol and atol must be positive")
+    if events is not None and callable(events):
+        events = [events]
+    events = tuple(events or ())
+    for e in events:
+        if not callable(e):
+            raise TypeError(f"events: {e!r} is not callable")
+    return solver, t0f, t1f, events
+
+
+def _initial_values(system, params, x0):
+    """``(params, x0)``: the system's defaults where not given; ``x0`` one entry per state."""
+    if params is None:
+        params = system.default_params()
+    if x0 is None:
+        x0 = system.init_state(params)
+    x0 = jnp.asarray(x0)
+    n_names = len(system.state_names)
+    if x0.ndim != 1 or x0.shape[0] != n_names:
+        raise ValueError(f"x0: expected shape ({n_names},), got {x0.shape}")
+    return params, x0
 
 
 def states_at(system: System, ts, *, t1: float, params, x0=None, t0: float = 0.0, dt=None,
@@ -450,44 +460,13 @@ class _Run(eqx.Module):
 
 @eqx.filter_jit
 def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
-    fixed = run.solver in FIXED_SOLVERS
-    cls = (FIXED_SOLVERS if fixed else ADAPTIVE_SOLVERS)[run.solver]
-    rk = issubclass(cls, AbstractRungeKutta)
-    inner = cls(scan_kind="bounded") if (rk and run.adjoint == "direct") else cls()
-    solver = ProjectedSolver(inner, system) if system.has_projection else inner
-    if fixed and run.adjoint != "backsolve":
-        # (backsolve integrates the adjoint backwards with this controller: a grid of
-        # increasing times cannot serve it, and it recomputes nothing from checkpoints)
-        grid = _step_grid(t0, t1, dt0, run.max_steps)
-        controller = _GridSteps(grid)
-        ts = _snap_to_grid(ts, grid, t0, dt0)
-    elif fixed:
-        controller = dfx.ConstantStepSize()
-    else:
-        controller = dfx.PIDController(
-            rtol=run.rtol, atol=run.atol, dtmin=(t1 - t0) * 1e-13, force_dtmin=False,
-            jump_ts=system.jump_times(params),
-        )
-
-    def vf(t, x, p):
-        return system.vector_field(t, x, p)
-
-    def diverged(t, y, args, **kw):
-        bad = ~jnp.all(jnp.isfinite(y))
-        if run.check_violation:
-            viol = system.violation(y, args)
-            worst = jnp.max(jnp.stack([jnp.max(jnp.abs(v)) for v in viol.values()])) if viol else 0.0
-            bad = bad | (worst > max_violation)
-        return bad
-
-    def wrap(g):
-        return lambda t, y, args, **kw: g(t, y, args)
-
-    cond = [diverged] + [wrap(g) for g in run.events]
-    root = optx.Newton(rtol=1e-12, atol=1e-12) if run.n_events else None
-    event = dfx.Event(cond, root_finder=root)
+    """The integration: states at the save points ``ts``, with the run's status (see
+    :func:`simulate`; ``max_violation`` is traced, ``inf`` when not checked)."""
+    solver = _solver(run, system)
+    controller, ts = _step_control(run, system, params, t0, t1, dt0, ts)
+    event = _event(run, system, max_violation)
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(vf),
+        dfx.ODETerm(_vector_field(system)),
         solver,
         t0,
         t1,
@@ -502,17 +481,71 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         throw=False,
         progress_meter=dfx.TqdmProgressMeter() if run.progress else dfx.NoProgressMeter(),
     )
-    # diffrax stores the final (t1 or event) entry right after the last save point
-    # it reached, so it sits at index n only for a run that went all the way.
-    n = ts.shape[0]
-    last = jnp.sum(jnp.isfinite(sol.ts)) - 1
-    t_final, x_final = sol.ts[last], sol.ys[last]
-    xs = sol.ys[:n]
-    mask = sol.event_mask
+    return _trajectory(run, system, params, x0, ts, sol)
+
+
+def _solver(run, system):
+    """The diffrax solver, wrapped in :class:`ProjectedSolver` when the system projects."""
+    fixed = run.solver in FIXED_SOLVERS
+    cls = (FIXED_SOLVERS if fixed else ADAPTIVE_SOLVERS)[run.solver]
+    rk = issubclass(cls, AbstractRungeKutta)
+    inner = cls(scan_kind="bounded") if (rk and run.adjoint == "direct") else cls()
+    return ProjectedSolver(inner, system) if system.has_projection else inner
+
+
+def _step_control(run, system, params, t0, t1, dt0, ts):
+    """``(step-size controller, save times)``: fixed steps read from a grid (save times on
+    step ends snapped onto it, :class:`_GridSteps`), or a PID controller that steps onto
+    the system's jump times."""
+    fixed = run.solver in FIXED_SOLVERS
+    if fixed and run.adjoint != "backsolve":
+        # (backsolve integrates the adjoint backwards with this controller: a grid of
+        # increasing times cannot serve it, and it recomputes nothing from checkpoints)
+        grid = _step_grid(t0, t1, dt0, run.max_steps)
+        return _GridSteps(grid), _snap_to_grid(ts, grid, t0, dt0)
+    if fixed:
+        return dfx.ConstantStepSize(), ts
+    return dfx.PIDController(
+        rtol=run.rtol, atol=run.atol, dtmin=(t1 - t0) * 1e-13, force_dtmin=False,
+        jump_ts=system.jump_times(params),
+    ), ts
+
+
+def _vector_field(system):
+    def vf(t, x, p):
+        return system.vector_field(t, x, p)
+
+    return vf
+
+
+def _event(run, system, max_violation):
+    """The run's termination event: divergence (a non-finite state, or a violation above
+    ``max_violation`` when checked) first, then the user's events (real ones located by
+    a Newton root find)."""
+
+    def diverged(t, y, args, **kw):
+        bad = ~jnp.all(jnp.isfinite(y))
+        if run.check_violation:
+            viol = system.violation(y, args)
+            worst = jnp.max(jnp.stack([jnp.max(jnp.abs(v)) for v in viol.values()])) if viol else 0.0
+            bad = bad | (worst > max_violation)
+        return bad
+
+    def wrap(g):
+        return lambda t, y, args, **kw: g(t, y, args)
+
+    cond = [diverged] + [wrap(g) for g in run.events]
+    root = optx.Newton(rtol=1e-12, atol=1e-12) if run.n_events else None
+    return dfx.Event(cond, root_finder=root)
+
+
+def _status(run, sol, mask):
+    """The run's :data:`~diffmb.trajectory.STATUS_CODES` entry from diffrax's result and
+    the event mask (``mask[0]``: divergence)."""
     div_event = mask[0]
     user_event = jnp.any(jnp.stack(mask[1:])) if run.n_events else False
     R = dfx.RESULTS
-    status = jnp.where(
+    return jnp.where(
         sol.result == R.successful,
         STATUS_CODES["success"],
         jnp.where(
@@ -523,6 +556,20 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
                       STATUS_CODES["diverged"]),
         ),
     )
+
+
+def _trajectory(run, system, params, x0, ts, sol) -> Trajectory:
+    """The :class:`~diffmb.trajectory.Trajectory` of a solve: the save points it reached
+    (projected where they come from dense output; NaN after the end), its end state,
+    step counts and status."""
+    # diffrax stores the final (t1 or event) entry right after the last save point
+    # it reached, so it sits at index n only for a run that went all the way.
+    n = ts.shape[0]
+    last = jnp.sum(jnp.isfinite(sol.ts)) - 1
+    t_final, x_final = sol.ts[last], sol.ys[last]
+    xs = sol.ys[:n]
+    mask = sol.event_mask
+    status = _status(run, sol, mask)
     valid = jnp.arange(n) < last
     safe_xs = jnp.where(valid[:, None], xs, x0[None, :])
     if run.project_saves:
