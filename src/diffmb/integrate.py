@@ -512,6 +512,8 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
 
 
 def _vector_field(system):
+    """The diffrax vector field ``vf(t, x, params)`` of ``system``."""
+
     def vf(t, x, p):
         return system.vector_field(t, x, p)
 

@@ -221,6 +221,7 @@ def _outputs(tree, bodies, outputs):
 
 
 def _gravity(gravity):
+    """Gravity as a 3-vector (world axes)."""
     g = np.asarray(gravity, float)
     if g.shape != (3,):
         raise ValueError(f"gravity: expected a 3-vector, got shape {g.shape}")

@@ -313,6 +313,7 @@ def _string_properties(N, strings, rest_length, rest_fraction, string_stiffness,
 
 
 def _gravity(gravity) -> np.ndarray:
+    """Gravity as 3 finite numbers (world axes, m/s^2)."""
     g = np.asarray(gravity, float)
     if g.shape != (3,) or not np.all(np.isfinite(g)):
         raise ValueError(f"gravity: expected 3 finite numbers, got {gravity!r}")
