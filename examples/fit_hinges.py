@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from diffmb import simulate
-from diffmb.data import read_data
-from diffmb.fit import fit, synth
+from diffmb.design.data import read_data
+from diffmb.design.fit import fit, synth
 from diffmb.scenarios import get
 
 ap = argparse.ArgumentParser()

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from diffmb.batch import sweep_scenario
+from diffmb.design.batch import sweep_scenario
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--batch", type=int, default=256)

@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from diffmb.tune import tune
+from diffmb.design.tune import tune
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--t1", type=float, default=10.0)

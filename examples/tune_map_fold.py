@@ -5,7 +5,7 @@ gains tried (``diffmb tune fold-4panel`` stops at once: "floor"; a 4 x 4 fold at
 starts below it too). A large fold does not: a closure of the 10 x 10 fold closes a
 loop of up to 19 joints (11 on average; 5 at 3 x 3), so the joint errors of a coarse step
 add up, over lever arms of metres, to a drift of the closure points above the
-step-halving error of the motion itself (the floor, :func:`diffmb.tune.integrator_floor`).
+step-halving error of the motion itself (the floor, :func:`diffmb.design.tune.integrator_floor`).
 Started from the textbook gains a = b = 5 (a common choice for
 ``w_dot + 2 a w + b^2 phi = 0``), Adam descends the time integral of the squared violation
 through the whole 1,000-step run, gradients through every step.
@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from diffmb import scenarios
+from diffmb.design.tune import tune
 from diffmb.integrate import compile_simulation
-from diffmb.tune import tune
 
 
 def measure(overrides, gains, *, dt, t1, repeats=3):

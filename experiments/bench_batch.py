@@ -5,11 +5,11 @@ runs the same members (hinge stiffness ``K`` and damping ``c`` drawn at random i
 ranges below, the rest at the scenario's defaults) for ``--horizon`` seconds at
 ``--dt`` with RK4, each engine in a fresh process:
 
-* ``diffmb-f64`` / ``diffmb-f32``: :func:`diffmb.batch.sweep` under Baumgarte (the
+* ``diffmb-f64`` / ``diffmb-f32``: :func:`diffmb.design.batch.sweep` under Baumgarte (the
   scenario's gains), chunked as a sweep chunks on this device (CPU: blocks of
-  :data:`diffmb.batch.DEFAULT_CHUNK` members, small products written out; accelerators:
+  :data:`diffmb.design.batch.DEFAULT_CHUNK` members, small products written out; accelerators:
   the whole batch); ``DIFFMB_FLOAT32=1`` for f32;
-* ``mjx``: the pattern as MJCF (:func:`diffmb.mjcf.to_mjcf`: two ``connect`` equalities
+* ``mjx``: the pattern as MJCF (:func:`diffmb.formats.mjcf.to_mjcf`: two ``connect`` equalities
   per cut crease, hinge springs and dampers on the joints), MJX's default constraint
   solver (Newton) with MuJoCo's default soft constraints, RK4; per member
   ``jnt_stiffness`` and ``dof_damping`` set in a vmapped ``mjx.Model``; the whole batch
@@ -54,7 +54,7 @@ def _case(name):
 
 
 def _members(kind, n, batch, seed=0):
-    from diffmb.batch import member_values
+    from diffmb.design.batch import member_values
 
     return member_values(RANGES[kind], {"rows": float(n), "cols": float(n)}, batch, sample="random", seed=seed)
 
@@ -81,7 +81,7 @@ def worker_diffmb(case, batch, horizon, dt, repeats):
     import jax
     import numpy as np
 
-    from diffmb.batch import scenario_batch, sweep
+    from diffmb.design.batch import scenario_batch, sweep
 
     kind, n = _case(case)
     members = _members(kind, n, batch)
@@ -109,8 +109,8 @@ def worker_mjx(case, batch, horizon, dt, repeats):
     import numpy as np
     from mujoco import mjx
 
-    from diffmb.batch import scenario_batch
-    from diffmb.mjcf import to_mjcf, to_mujoco_state
+    from diffmb.design.batch import scenario_batch
+    from diffmb.formats.mjcf import to_mjcf, to_mujoco_state
 
     kind, n = _case(case)
     members = _members(kind, n, batch)

@@ -42,7 +42,7 @@ def log(msg):
 
 
 def part_tune4(args):
-    from diffmb.tune import tune
+    from diffmb.design.tune import tune
 
     res = tune("fold-4panel", ["a", "b"], t1=10.0, steps=args.steps, learning_rate=0.3,
                callback=lambda i, l, p: log(f"    {i:3d} loss {l:.4e} a={p['a']:.4g} b={p['b']:.4g}"))
@@ -68,7 +68,7 @@ def _run(name, overrides, stabilization, t1):
 
 
 def part_tune3x3(args):
-    from diffmb.tune import tune
+    from diffmb.design.tune import tune
 
     paper = _run("fold-3x3", {"a": 40.0, "b": 0.0}, "baumgarte", 30.0)
     log(f"    paper gains a=40 b=0: {paper['status']} at t = {paper['t_final']:.3g} s")
@@ -84,7 +84,7 @@ def part_tune3x3(args):
 
 
 def part_fit(args):
-    from diffmb.fit import fit, synth
+    from diffmb.design.fit import fit, synth
 
     truth = {"K": 0.1, "c": 0.02}
     data, _ = synth("fold-4panel", truth, noise=1e-3, seed=0)
@@ -103,7 +103,7 @@ def part_sweep(args):
     import jax
 
     from diffmb import simulate
-    from diffmb.batch import member_values, scenario_batch, sweep
+    from diffmb.design.batch import member_values, scenario_batch, sweep
     from diffmb.scenarios import get
 
     sc = get(args.sweep_scenario)
@@ -145,7 +145,7 @@ def main(argv=None):
     ap.add_argument("--tune-t1", type=float, default=5.0, help="fold-3x3 tuning horizon [s]")
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--chunk", type=int, default=None,
-                    help="members per compiled call (default: diffmb.batch.default_chunk)")
+                    help="members per compiled call (default: diffmb.design.batch.default_chunk)")
     ap.add_argument("--sweep-scenario", default="fold-4panel")
     ap.add_argument("--ranges", nargs="+", default=["K=0.05:0.2", "c=0:0.05"],
                     help="swept parameters, NAME=lo:hi, drawn at random")

@@ -3,7 +3,7 @@
 A fold-4panel sweep of ``--batch`` members (default 256: K 0.05-0.2, c 0-0.05, random),
 RK4 at dt = 1 ms over ``--t1`` seconds, in chunks of ``--chunk`` (default 32), run as
 
-``inproc-pinned``   :func:`diffmb.batch.sweep` in one process pinned to core 0 (taskset)
+``inproc-pinned``   :func:`diffmb.design.batch.sweep` in one process pinned to core 0 (taskset)
 ``inproc``          the same, unpinned
 ``1w-pinned``       one Dask worker process pinned to core 0
 ``1w``              one Dask worker, unpinned
@@ -58,7 +58,7 @@ def log(msg):
 
 def case(args):
     from diffmb import scenarios
-    from diffmb.batch import member_values, scenario_batch
+    from diffmb.design.batch import member_values, scenario_batch
 
     members = member_values({"K": (0.05, 0.2), "c": (0.0, 0.05)}, {}, args.batch, sample="random", seed=0)
     system, params = scenario_batch(scenarios.get("fold-4panel"), members)
@@ -67,7 +67,7 @@ def case(args):
 
 def inprocess(args) -> dict:
     """This process: one untimed sweep, then ``repeats`` timed ones (their wall_s)."""
-    from diffmb.batch import sweep
+    from diffmb.design.batch import sweep
 
     system, params, run = case(args)
     first = sweep(system, params, **run)
@@ -94,7 +94,7 @@ def run_workers(args, cores, kill=False) -> dict:
     is killed as the first chunk comes back."""
     from distributed import Client, LocalCluster
 
-    from diffmb import distributed
+    from diffmb.design import distributed
 
     system, params, run = case(args)
     cluster = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)

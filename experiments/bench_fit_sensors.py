@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from diffmb import scenarios
-from diffmb.data import Data
-from diffmb.fit import fit, synth
-from diffmb.mujoco_record import mujoco_record
-from diffmb.records import Record
-from diffmb.sensors import read_sensors
+from diffmb.design.data import Data
+from diffmb.design.fit import fit, synth
+from diffmb.design.mujoco_record import mujoco_record
+from diffmb.design.records import Record
+from diffmb.design.sensors import read_sensors
 from machine import cpu_pressure
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from machine import cpu_pressure_avg10
 
 CHILD = """
 import json, sys, statistics
-from diffmb.batch import sweep_scenario
+from diffmb.design.batch import sweep_scenario
 batch, t1, solver, stab = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 kw = {} if solver == "default" else {"solver": solver, "dt": 1e-3}
 walls, compile_s, counts = [], None, None

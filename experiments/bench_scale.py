@@ -10,7 +10,7 @@ under projection. For every case, in a fresh process:
   run time per RK4 step, peak memory (resident set), the worst closure violation and the
   energy drift over the run;
 * MuJoCo (when the ``peers`` extra is installed): the same pattern written by
-  :func:`diffmb.mjcf.to_mjcf` (two ``connect`` equalities per cut crease, RK4, Newton
+  :func:`diffmb.formats.mjcf.to_mjcf` (two ``connect`` equalities per cut crease, RK4, Newton
   solver, soft constraints with MuJoCo's default ``solref``), its compile time
   (``MjModel.from_xml_string``), time per ``mj_step``, worst connect separation and energy
   drift over the same horizon.
@@ -93,7 +93,7 @@ def worker_mujoco(kind, n, horizon, dt):
         import mujoco
     except ImportError:
         return None
-    from diffmb.mjcf import to_mjcf, to_mujoco_state
+    from diffmb.formats.mjcf import to_mjcf, to_mujoco_state
 
     sc, values = _scenario(kind, n)
     system, params = sc.build(values, "none")

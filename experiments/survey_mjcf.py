@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 import diffmb
-from diffmb.mjcf_import import load_mjcf, velocity_map
+from diffmb.formats.mjcf_import import load_mjcf, velocity_map
 
 TOL = 1e-9
 

@@ -19,7 +19,7 @@ import pytest
 
 import diffmb
 from diffmb import cli, health, resumable, scenarios
-from diffmb.batch import member_values, sweep_scenario
+from diffmb.design.batch import member_values, sweep_scenario
 from diffmb.plot import coordinates_figure, energy_figure, violation_figure
 from diffmb.trajectory import ENERGY_WITH_WORK, Trajectory
 
@@ -223,9 +223,9 @@ def test_a_single_segment_is_compiled_ahead_and_run_once(tmp_path, monkeypatch):
 def test_integrator_floor_is_the_step_halving_error():
     """RK4's global error goes as dt^4, so the floor (a squared error) as dt^8: halving
     the step lowers it about 256x."""
-    from diffmb.binding import resolve
+    from diffmb.design.binding import resolve
+    from diffmb.design.tune import integrator_floor
     from diffmb.integrate import RunSettings
-    from diffmb.tune import integrator_floor
 
     b, _ = resolve("pendulum", ["m"], {"theta0": "2.5"})
     floors = [integrator_floor(b, RunSettings(t1=2.0, dt=dt, saveat=101), b.values) for dt in (0.04, 0.02)]
@@ -233,7 +233,7 @@ def test_integrator_floor_is_the_step_halving_error():
 
 
 def test_tune_stops_at_the_floor_and_says_so(capsys):
-    from diffmb.tune import tune
+    from diffmb.design.tune import tune
 
     res = tune("four-bar", ["a", "b"], t1=1.0, steps=20)
     assert res.stopped == "floor" and res.history == [] and res.best_loss <= res.floor
@@ -311,7 +311,7 @@ def test_energy_plot_has_no_relative_panel_when_e0_is_zero():
 def test_reconfiguration_graph_figure_is_labelled_and_fits():
     import networkx as nx
 
-    from diffmb.reconfig import graph_figure
+    from diffmb.formulations.udwadia_kalaba.reconfig import graph_figure
 
     system, params, _ = scenarios.get("uk-hinged-cubes").make({})
     x = np.asarray(system.init_state(params))

@@ -22,9 +22,9 @@ from diffmb import constraints as cs
 from diffmb.closed_chain import closed_system
 from diffmb.closures import loop_closures, position_residual
 from diffmb.couplings import coupling
-from diffmb.mjcf import to_mjcf
-from diffmb.mjcf_import import load_mjcf
-from diffmb.urdf import mimic_closures
+from diffmb.formats.mjcf import to_mjcf
+from diffmb.formats.mjcf_import import load_mjcf
+from diffmb.formats.urdf import mimic_closures
 from robots import robot_urdfs
 
 COEF = np.array([0.1, 0.5, -0.3, 0.2, 0.05])

@@ -13,8 +13,8 @@ import pytest
 
 import diffmb
 from diffmb import cli, scenarios
-from diffmb.data import default_columns, read_data
-from diffmb.records import load_records
+from diffmb.design.data import default_columns, read_data
+from diffmb.design.records import load_records
 from diffmb.trajectory import Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]

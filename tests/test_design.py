@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from diffmb import cli, simulate
-from diffmb.batch import member_values, scenario_batch, sweep
-from diffmb.binding import bind
-from diffmb.data import read_data, write_data
-from diffmb.fit import fit, synth
+from diffmb.design.batch import member_values, scenario_batch, sweep
+from diffmb.design.binding import bind
+from diffmb.design.data import read_data, write_data
+from diffmb.design.fit import fit, synth
+from diffmb.design.tune import _Objective, named_loss, tune
 from diffmb.integrate import RunSettings
 from diffmb.scenarios import get
-from diffmb.tune import _Objective, named_loss, tune
 
 # ---------------------------------------------------------------- binding
 
@@ -99,7 +99,7 @@ def test_fit_recovers_parameters_from_factor_three_guess(pendulum_data):
 
 
 def test_fit_residual_jacobian_matches_finite_differences(pendulum_data):
-    from diffmb.fit_residual import Residual  # noqa: F401  (the residual the fit linearises)
+    from diffmb.design.fit_residual import Residual  # noqa: F401  (the residual the fit linearises)
 
     b = bind(get("pendulum"), ["g", "damping"])
 
@@ -186,7 +186,7 @@ def test_sweep_nonaffine_parameter_rebuilds_each_member():
 
 SHARD_SCRIPT = textwrap.dedent("""
     import json, numpy as np, jax
-    from diffmb.batch import member_values, scenario_batch, sweep
+    from diffmb.design.batch import member_values, scenario_batch, sweep
     from diffmb.scenarios import get
     assert len(jax.devices()) == 4, jax.devices()
     sc = get("four-bar")
@@ -272,7 +272,7 @@ def test_cli_fit_bad_data_file_exit_2(tmp_path, capsys):
 def test_default_chunk_follows_the_platform():
     from types import SimpleNamespace
 
-    from diffmb.batch import ACCELERATOR_CHUNK, DEFAULT_CHUNK, default_chunk
+    from diffmb.design.batch import ACCELERATOR_CHUNK, DEFAULT_CHUNK, default_chunk
 
     cpu, gpu = SimpleNamespace(platform="cpu"), SimpleNamespace(platform="gpu")
     assert default_chunk([cpu]) == DEFAULT_CHUNK

@@ -16,8 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from diffmb import cli, distributed, scenarios, sweep_store
-from diffmb.batch import conserved_by_member, member_values, scenario_batch, sweep
+from diffmb import cli, scenarios
+from diffmb.design import distributed, sweep_store
+from diffmb.design.batch import conserved_by_member, member_values, scenario_batch, sweep
 
 RUN = scenarios.get("pendulum").run_settings(t1=0.3, dt=0.01)  # what the CLI runs below
 CHUNK, BATCH = 3, 17  # six chunks, the last padded with two copies

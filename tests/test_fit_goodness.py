@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from diffmb import cli, scenarios
-from diffmb.data import write_data
-from diffmb.fit import FitWarning, fit, synth
-from diffmb.goodness import ALPHA, chi2_sf, goodness_of_fit, leverages
-from diffmb.sensors import parse_sensors
+from diffmb.design.data import write_data
+from diffmb.design.fit import FitWarning, fit, synth
+from diffmb.design.goodness import ALPHA, chi2_sf, goodness_of_fit, leverages
+from diffmb.design.sensors import parse_sensors
 
 G = 9.81
 SENSORS = [{"name": "rate", "type": "gyro", "body": "link1", "sigma": 1e-3},
@@ -94,8 +94,8 @@ def test_scaled_standard_error_covers_the_error_noise_only_does_not(fits):
 
 
 def test_residual_panels_give_each_sensors_test(fits):
+    from diffmb.design.records import Record
     from diffmb.plot import fit_figure
-    from diffmb.records import Record
 
     _, sensors, out = fits
     res, _, data = out[5e-4]

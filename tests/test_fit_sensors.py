@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from diffmb import scenarios
-from diffmb.data import Data
-from diffmb.fit import FitWarning, fit, synth
-from diffmb.least_squares import IdentifiabilityWarning
-from diffmb.mujoco_record import mujoco_record
-from diffmb.records import Record
-from diffmb.sensors import parse_sensors
+from diffmb.design.data import Data
+from diffmb.design.fit import FitWarning, fit, synth
+from diffmb.design.least_squares import IdentifiabilityWarning
+from diffmb.design.mujoco_record import mujoco_record
+from diffmb.design.records import Record
+from diffmb.design.sensors import parse_sensors
 
 MARKER_SIGMA = 0.5e-3  # m
 GYRO_SIGMA = np.deg2rad(0.01)  # rad/s
@@ -214,8 +214,8 @@ def test_residual_jacobian_equals_forward_mode_through_everything():
     the whole residual: two records, a marker offset, a gyro bias, start offsets."""
     import jax
 
-    from diffmb.fit import problem
-    from diffmb.fit_residual import residual_and_jacobian
+    from diffmb.design.fit import problem
+    from diffmb.design.fit_residual import residual_and_jacobian
 
     sc = scenarios.get("double-pendulum")
     system, _, _ = sc.make({}, None)
@@ -265,7 +265,7 @@ def test_undeclared_noise_is_estimated_per_sensor_kind():
 def test_one_hinge_of_a_tape_spring_set_binds_alone():
     """``tape.M_peak.theta_j`` moves that hinge's snap-through moment only (per-hinge vs
     shared ``ts_Mpeak``, as ``K.theta_j`` vs ``K``); unknown hinges and fields are named."""
-    from diffmb.binding import bind
+    from diffmb.design.binding import bind
 
     sc = scenarios.get("fold-4panel")
     b = bind(sc, ["tape.M_peak.theta_j", "ts_Mplat"], {"hinge": 1.0})

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from diffmb import cli, scenarios
-from diffmb.data import Data
-from diffmb.fit import MISFIT, FitWarning, _trust, fit, synth, trust_breaks
-from diffmb.sensors import parse_sensors
+from diffmb.design.data import Data
+from diffmb.design.fit import MISFIT, FitWarning, _trust, fit, synth, trust_breaks
+from diffmb.design.sensors import parse_sensors
 
 GYRO = [{"name": "rate", "type": "gyro", "body": "link1", "sigma": 1e-3}]
 

@@ -92,7 +92,7 @@ _SWEEP = """
 import json, sys
 import equinox as eqx, numpy as np
 from diffmb import scenarios
-from diffmb.batch import scenario_batch, sweep_scenario
+from diffmb.design.batch import scenario_batch, sweep_scenario
 from diffmb.integrate import RunSettings
 t1, ranges, sc = float(sys.argv[1]), {"K": (0.05, 0.2, 4), "c": (0.0, 0.05, 2)}, scenarios.get("fold-4panel")
 res = sweep_scenario(sc, ranges, sample="grid", t1=t1, saveat=101)

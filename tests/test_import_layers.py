@@ -48,3 +48,18 @@ def test_library_does_not_import_the_cli():
     upward = [(a, b) for a, b in g.edges if b.startswith("diffmb.cli") and not a.startswith("diffmb.cli")
               and a != "diffmb.__main__"]
     assert upward == []
+
+
+#: Packages above the dynamics core: the core (the top-level modules, ``formulations`` and
+#: ``origami``) never imports them. ``plot`` and ``viewer`` draw runs and fit results, so
+#: they sit above ``design`` too.
+ABOVE_THE_CORE = ("diffmb.design", "diffmb.formats", "diffmb.scenarios", "diffmb.viewer", "diffmb.cli")
+
+
+def test_the_core_never_imports_design_tools_or_file_formats():
+    g = import_graph()
+    core = [n for n in g if n.startswith("diffmb.") and not n.startswith(ABOVE_THE_CORE)
+            and n not in ("diffmb.plot", "diffmb.__main__")]
+    upward = [(a, b) for a, b in g.edges if a in core and b.startswith(("diffmb.design", "diffmb.formats"))]
+    assert "diffmb.system" in core and "diffmb.formulations.udwadia_kalaba.reconfig" in core
+    assert upward == []

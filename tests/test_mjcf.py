@@ -1,4 +1,4 @@
-"""MuJoCo as an independent engine: diffmb models written by diffmb.mjcf run in MuJoCo.
+"""MuJoCo as an independent engine: diffmb models written by diffmb.formats.mjcf run in MuJoCo.
 
 * Open trees (free and fixed bases; hinge, slide and ball joints; branches, merged fixed
   links): MuJoCo's ``mj_forward`` accelerations equal diffmb's forward dynamics.
@@ -12,7 +12,7 @@ import pytest
 
 import diffmb
 from conftest import make_random_model, random_state
-from diffmb.mjcf import to_mjcf, to_mujoco_state
+from diffmb.formats.mjcf import to_mjcf, to_mujoco_state
 
 
 def _mujoco_qacc(model, q, qd, qdd):
@@ -53,7 +53,7 @@ def test_open_tree_accelerations_match_mujoco(seed, base):
 
 
 def _depth_first(model):
-    from diffmb.mjcf import _depth_first
+    from diffmb.formats.mjcf import _depth_first
 
     return _depth_first(model)
 

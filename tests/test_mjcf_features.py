@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb.mjcf_import import load_mjcf, velocity_map
+from diffmb.formats.mjcf_import import load_mjcf, velocity_map
 from test_mjcf_import import _accelerations_both, _random_mujoco_state, _with_key
 
 ARMATURE_AND_FOREST = '''<mujoco><option gravity="0.3 -1 -9.81"><flag contact="disable"/></option>

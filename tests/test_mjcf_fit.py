@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diffmb.data import Data
-from diffmb.fit import fit
-from diffmb.mujoco_record import mujoco_file_record
+from diffmb.design.data import Data
+from diffmb.design.fit import fit
+from diffmb.design.mujoco_record import mujoco_file_record
+from diffmb.design.sensors import parse_sensors
 from diffmb.scenarios.files import mjcf_scenario
-from diffmb.sensors import parse_sensors
 
 ARM = '''<mujoco model="arm"><option gravity="0 0 -9.81"><flag contact="disable"/></option>
 <default><joint armature="0.01"/></default>

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diffmb import topology as topo
 from diffmb.integrate import simulate
-from diffmb.origami import build
+from diffmb.origami import build, topology as topo
 from diffmb.origami.fold import load_fold, to_fold
 from diffmb.origami.pattern import _hinge_axis, plate_inertia
 from diffmb.origami.patterns import map_fold, miura, miura_straight_angle, scheel, topology_info

@@ -11,7 +11,7 @@ import pinocchio as pin  # the dev extra installs it: a missing peer fails, neve
 import pytest
 
 import diffmb
-from diffmb.urdf import ROOT_JOINT
+from diffmb.formats.urdf import ROOT_JOINT
 from robots import (
     from_pin_free as _from_pin_free,
     joint_maps as _joint_maps,

@@ -18,8 +18,8 @@ import pytest
 
 import diffmb
 from diffmb import cli
-from diffmb.batch import scenario_batch
-from diffmb.binding import bind
+from diffmb.design.batch import scenario_batch
+from diffmb.design.binding import bind
 from diffmb.scenarios import get
 
 FOLD = get("fold-4panel")

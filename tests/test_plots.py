@@ -13,10 +13,10 @@ matplotlib.use("Agg")
 
 import numpy as np
 
-from diffmb.data import Data
+from diffmb.design.data import Data
+from diffmb.design.records import Record
+from diffmb.design.sensors import Sensor
 from diffmb.plot import coordinates_figure, energy_figure, fit_figure, violation_figure
-from diffmb.records import Record
-from diffmb.sensors import Sensor
 from diffmb.trajectory import Trajectory
 
 
@@ -191,7 +191,7 @@ def test_reconfiguration_plot_draws_fixed_bodies_grey_once_and_names_the_bodies(
     from matplotlib.patches import Circle
 
     from diffmb import scenarios
-    from diffmb.reconfig import graph_figure
+    from diffmb.formulations.udwadia_kalaba.reconfig import graph_figure
 
     system, params, _ = scenarios.get("uk-hinged-cubes").make({})
     x = np.asarray(system.init_state(params))

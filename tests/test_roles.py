@@ -8,8 +8,8 @@ import pytest
 
 import diffmb
 from diffmb import scenarios
-from diffmb.batch import sweep
-from diffmb.data import default_columns
+from diffmb.design.batch import sweep
+from diffmb.design.data import default_columns
 from diffmb.scenarios.pendulum import chain_model
 from diffmb.trajectory import Trajectory
 

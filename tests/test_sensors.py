@@ -10,11 +10,11 @@ import pytest
 
 import diffmb
 from diffmb import scenarios
-from diffmb.data import read_data, state_units, write_data
-from diffmb.fit import synth
+from diffmb.design.data import read_data, state_units, write_data
+from diffmb.design.fit import synth
+from diffmb.design.records import load_records
+from diffmb.design.sensors import SensorModel, column_units, parse_sensors, read_sensors
 from diffmb.integrate import states_at
-from diffmb.records import load_records
-from diffmb.sensors import SensorModel, column_units, parse_sensors, read_sensors
 
 
 def _moving_state(system, params, seed):

@@ -15,7 +15,7 @@ import pytest
 
 import diffmb
 from diffmb import cli
-from diffmb.batch import METRICS, sweep
+from diffmb.design.batch import METRICS, sweep
 from diffmb.scenarios.pendulum import chain_model
 
 DAMPINGS = (0.0, 3.0)  # undamped (swings for ever), and settling within a few seconds

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diffmb import sweep_report, sweep_store
-from diffmb.batch import METRICS, STATUS_CODES
+from diffmb.design import sweep_report, sweep_store
+from diffmb.design.batch import METRICS, STATUS_CODES
 
 
 def _table(n=12, seed=0):
@@ -85,7 +85,7 @@ def test_columns_hold_what_rows_hold_without_a_row_per_member():
     """The columns (what the table, the summary and the figures read) equal ``rows()``:
     parameter values, status names (suspect where a conserved quantity jumped), and the
     drift NaN where the member's physics does not conserve it."""
-    from diffmb.batch import SweepResult
+    from diffmb.design.batch import SweepResult
 
     res = SweepResult(table={"status": np.array([0, 0, 2, 0], np.int32), "t_final": np.array([1.0, 1.0, 0.3, 1.0]),
                              "energy_drift": np.array([1e-9, 0.2, np.nan, 1e-8]),

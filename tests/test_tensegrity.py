@@ -429,7 +429,7 @@ def test_tune_violation_loss_reads_per_row_violations():
     """Tensegrity reports one violation per constraint row (trees report the worst row):
     tune's loss integrates the sum of their squares, and `diffmb tune` runs on it."""
     from diffmb import scenarios, simulate
-    from diffmb.tune import violation_loss
+    from diffmb.design.tune import violation_loss
 
     system, params, _ = scenarios.get("tbar").make({})
     tr = simulate(system, params=params, t1=0.2, dt=1e-2, solver="rk4", saveat=21)

@@ -3,7 +3,7 @@
 import networkx as nx
 import pytest
 
-from diffmb.topology import Topology, cycle_rank, grid_graph, spanning_tree
+from diffmb.origami.topology import Topology, cycle_rank, grid_graph, spanning_tree
 
 
 def _check_tree(topo: Topology, edges):

@@ -2,7 +2,7 @@
 map fold at RK4 10 ms over 10 s, tuned by gradient from the textbook a = b = 5.
 
 What it must show (issue 30, item 6): the loss cut at least 10x, and the result still
-above the integrator's floor (:func:`diffmb.tune.integrator_floor`), so the cut is not
+above the integrator's floor (:func:`diffmb.design.tune.integrator_floor`), so the cut is not
 in the noise of the motion's own step error. The full case takes 6.5 minutes (about 35 s
 an iteration on the 2-core CPU); the default job runs the script on a 3 x 3 fold over a
 short horizon, which checks its plumbing only.

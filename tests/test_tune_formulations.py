@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from diffmb import cli, scenarios, simulate
-from diffmb.tune import tune, vibration_loss
+from diffmb.design.tune import tune, vibration_loss
 
 
 @pytest.mark.slow
@@ -112,9 +112,9 @@ def test_slew_loss_trades_speed_against_ringing_and_tune_descends_it(tmp_path):
     # the reverse-mode gradient Adam follows equals central differences (round-off of
     # the 2000-step run over h = 1e-4 in log(t_switch) is ~1e-9 of the slope; a save point
     # dropped in the backward pass made it 5 % off)
-    from diffmb.binding import resolve
+    from diffmb.design.binding import resolve
+    from diffmb.design.tune import _Objective, _value, _value_and_grad, named_loss
     from diffmb.integrate import RunSettings
-    from diffmb.tune import _Objective, _value, _value_and_grad, named_loss
 
     b, st = resolve(sc, ["t_switch"], {"slew_angle": 0.5, "t_switch": 10.0}, None, t1=40.0)
     obj = _Objective(binding=b, settings=RunSettings(**st, saveat=201, max_violation=1.0),

@@ -200,7 +200,7 @@ def test_gradient_of_final_pose_wrt_well_stiffness_matches_fd():
 
 # ------------------------------------------------------------------ explorer
 def test_explorer_hinged_cubes_two_nodes_two_edges(tmp_path):
-    from diffmb import reconfig
+    from diffmb.formulations.udwadia_kalaba import reconfig
 
     obj = reconfig.run(scenarios.get("uk-hinged-cubes"), out=tmp_path, json_path=tmp_path / "g.json")
     assert len(obj["nodes"]) == 2 and len(obj["edges"]) == 2
@@ -300,7 +300,7 @@ def test_imaging_explorer_small_layout_graph(tmp_path):
     (em-fold) overshoots m4 into m1's bounding sphere and is rejected as a collision."""
     import dataclasses
 
-    from diffmb import reconfig
+    from diffmb.formulations.udwadia_kalaba import reconfig
 
     full = reconfig.get_problem(scenarios.get("uk-imaging"))
     sites = tuple(dataclasses.replace(s, options={"fixed": s.options["fixed"]} if s.name != "s23"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb.urdf import ROOT_JOINT
+from diffmb.formats.urdf import ROOT_JOINT
 
 
 def _inertial(m, com=(0, 0, 0), rpy=(0, 0, 0), I=(0.1, 0.1, 0.1, 0, 0, 0)):

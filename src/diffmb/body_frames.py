@@ -4,7 +4,7 @@ Each formulation keeps its own state (joint coordinates, Kane's speeds, Udwadia-
 positions and quaternions); a deployment test measures none of them directly but points
 on the bodies (photogrammetry targets) and body rates (gyros). ``System.body_frames(x,
 params)`` turns a state into one :class:`BodyFrames` for every formulation that has
-bodies, and :mod:`diffmb.sensors` reads only that.
+bodies, and :mod:`diffmb.design.sensors` reads only that.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ arrays (e.g. ``tape.M_peak.theta_j``: that tape spring's snap-through moment, po
 These names are not inputs of a build: they edit the params a build returned. A scenario
 builds with its own numbers and then sets these entries (:func:`apply`, called by
 :meth:`diffmb.scenarios.Scenario.make`), so ``K.theta_j`` overrides ``K`` for that one
-hinge; :mod:`diffmb.binding` tunes and fits them along :func:`direction`. Both read a name
+hinge; :mod:`diffmb.design.binding` tunes and fits them along :func:`direction`. Both read a name
 the same way (:func:`_locate`). :func:`is_coordinate_param` checks the spelling only: which
 coordinates and hinges exist is known once the System is built.
 """

@@ -384,7 +384,7 @@ def states_at(system: System, ts, *, t1: float, params, x0=None, t0: float = 0.0
               solver: str = "rk4", rtol: float = 1e-8, atol: float = 1e-10):
     """States at the times ``ts`` (non-decreasing, within ``[t0, t1]``), which may be traced:
     ``jax.jacfwd`` through it differentiates with respect to the save times too (a record's
-    unknown start time, :mod:`diffmb.fit`). ``t1`` fixes the integration span (and the
+    unknown start time, :mod:`diffmb.design.fit`). ``t1`` fixes the integration span (and the
     fixed-step count). Returns ``(xs (len(ts), n), status code)``; forward-mode adjoint."""
     n = int(jnp.shape(ts)[0])
     args = _prepare(system, t1=t1, t0=t0, x0=x0, params=params, dt=dt, solver=solver, rtol=rtol,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import unit_kinds
-from .goodness import p_text
-from .sensors import UNITS
+from .design.data import unit_kinds
+from .design.goodness import p_text
+from .design.sensors import UNITS
 
 MAX_LINES_PER_PANEL = 4
 MAX_PANELS = 4
@@ -51,7 +51,7 @@ def _title(base: str, title: str | None) -> str:
     return f"{title}: {base}" if title else base
 
 
-#: unit groups of the coordinates plot: (kind from :func:`diffmb.data.unit_kinds`, label)
+#: unit groups of the coordinates plot: (kind from :func:`diffmb.design.data.unit_kinds`, label)
 UNIT_GROUPS = (("angle", "angles [rad]"), ("length", "positions [m]"),
                ("none", "attitude (MRP) [-]"), ("other", "other coordinates"))
 
@@ -328,12 +328,12 @@ def fit_figure(result, records, sensors, title: str | None = None):
     """Measured (dots) against fitted (lines) outputs, and under each the residual
     (measured - fitted) on its own axis, in (milli-)units of the sensor with its RMS and
     the declared noise (band): one pair of panels per sensor, one column per record
-    (``result``: a :class:`~diffmb.fit.FitResult`; ``sensors``: the Sensor declarations
+    (``result``: a :class:`~diffmb.design.fit.FitResult`; ``sensors``: the Sensor declarations
     whose columns it fitted). A 0.5 mm marker residual is invisible on the 4 m axis of
     the motion; its own panel shows it, against time, so that structure (a drift, a
     residual oscillating with the motion: model error) stands out from white noise. With
     a declared noise the panel also gives the sensor's chi-square test
-    (:mod:`diffmb.goodness`), in red where it fails."""
+    (:mod:`diffmb.design.goodness`), in red where it fails."""
     cols = list(result.columns)
     groups = [(s, [cols.index(c) for c in s.columns if c in cols]) for s in sensors]
     groups = [(s, js) for s, js in groups if js]

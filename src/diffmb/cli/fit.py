@@ -14,11 +14,11 @@ import math
 import sys
 from pathlib import Path
 
-from ..data import default_columns
-from ..fit import fit
-from ..fit_residual import NUISANCE_BOUNDS
-from ..goodness import p_text
-from ..records import Record, load_records, resolve_sensors
+from ..design.data import default_columns
+from ..design.fit import fit
+from ..design.fit_residual import NUISANCE_BOUNDS
+from ..design.goodness import p_text
+from ..design.records import Record, load_records, resolve_sensors
 from ._common import (
     INTERRUPTED,
     UsageError,

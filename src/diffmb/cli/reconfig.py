@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from .. import reconfig, scenarios
+from .. import scenarios
+from ..formulations.udwadia_kalaba import reconfig
 from ._common import (
     INTERRUPTED,
     check_outputs,

@@ -7,10 +7,10 @@ draws), ``--set NAME=v`` fixes it.
 
 The members run in chunks of ``--chunk-size`` members, one compiled (vmapped) call each.
 ``--workers N`` runs the chunks on N local worker processes, ``--address HOST:PORT`` on a
-running Dask cluster (:mod:`diffmb.distributed`); ``--out DIR`` writes every finished
-chunk to a Parquet store in that folder (:mod:`diffmb.sweep_store`) that ``--resume``
+running Dask cluster (:mod:`diffmb.design.distributed`); ``--out DIR`` writes every finished
+chunk to a Parquet store in that folder (:mod:`diffmb.design.sweep_store`) that ``--resume``
 continues, running only the chunks it lacks; ``--plot FILE`` draws ``--metric`` over the
-swept parameters (:mod:`diffmb.sweep_report`). Workers and the store need the ``cluster``
+swept parameters (:mod:`diffmb.design.sweep_report`). Workers and the store need the ``cluster``
 extra.
 
 ``--json``, the store's ``summary.json`` and ``members.parquet`` (its schema metadata,
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _config, sweep_report, sweep_store
-from ..batch import (
+from .. import _config
+from ..design import sweep_report, sweep_store
+from ..design.batch import (
     METRICS,
     _devices,
     chunk_members,
@@ -115,7 +116,7 @@ def ranges_all_counted(args) -> bool:
 
 
 def _engine(args):
-    """``{"workers": N}`` / ``{"address": A}`` for :func:`diffmb.distributed.sweep`, or None
+    """``{"workers": N}`` / ``{"address": A}`` for :func:`diffmb.design.distributed.sweep`, or None
     (this process); checked before any work."""
     if args.workers is None and args.address is None:
         return None
@@ -127,7 +128,7 @@ def _engine(args):
     if args.devices is not None:
         raise UsageError(f"{flag}: each worker runs on its own default device; drop --devices "
                          f"(start one worker per device)")
-    from .. import distributed
+    from ..design import distributed
 
     try:
         distributed.require(flag)
@@ -216,7 +217,7 @@ def main(args) -> int:
                         members=members, conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
                         **st)
         else:
-            from .. import distributed
+            from ..design import distributed
 
             res = distributed.sweep(system, params, chunk=chunk, progress=not args.quiet, members=members,
                                     conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,

@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..data import state_units, write_data
-from ..fit import default_t_offset_bound, synth
-from ..sensors import column_units, read_sensors
+from ..design.data import state_units, write_data
+from ..design.fit import default_t_offset_bound, synth
+from ..design.sensors import column_units, read_sensors
 from ._common import (
     UsageError,
     check_outputs,

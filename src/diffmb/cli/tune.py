@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 
-from ..tune import LOSSES, tune
+from ..design.tune import LOSSES, tune
 from ._common import (
     INTERRUPTED,
     UsageError,

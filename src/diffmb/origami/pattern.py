@@ -4,7 +4,7 @@ A :class:`CreasePattern` is the flat (deployed) layout: panels as planar polygon
 ``z = 0`` plane and creases (hinges) between pairs of panels, each with the fold angle of
 the initial state. :func:`build` turns it into the paper's tree-augmented model
 (Fulton & Schaub sections 3-4): a root panel on a free (6-DOF) joint, a spanning tree of
-the panel graph (:mod:`diffmb.topology`) whose edges become revolute joints, and the cut
+the panel graph (:mod:`diffmb.origami.topology`) whose edges become revolute joints, and the cut
 creases as hinge closures (5 constrained rows each) between node frames placed at the
 crease midpoints with their ``x`` axis along the crease.
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import topology as topo
 from ..constraints import make_closures
 from ..model import ModelBuilder
 from ..system import TreeSystem
+from . import topology as topo
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import topology as topo
+from . import topology as topo
 from .pattern import Crease, CreasePattern, Panel, _info, polygon_area
 
 

@@ -1,5 +1,5 @@
 """Ad-hoc scenarios for a user's own model file: ``diffmb run robot.urdf [--closures
-loops.json]`` (and ``.xml`` MJCF through :mod:`diffmb.mjcf_import`).
+loops.json]`` (and ``.xml`` MJCF through :mod:`diffmb.formats.mjcf_import`).
 
 A URDF scenario is named after the file's stem. Settable: ``floating`` (1: the root link
 on a free joint), ``g`` (gravity along -z, m/s^2), Baumgarte ``a``, ``b`` (with closures).
@@ -13,9 +13,9 @@ import os
 import warnings
 
 from ..closed_chain import closed_system
-from ..mjcf_import import load_mjcf
+from ..formats.mjcf_import import load_mjcf
+from ..formats.urdf import load_urdf
 from ..system import TreeSystem
-from ..urdf import load_urdf
 from .scenario import Scenario
 
 STABS = ("none", "baumgarte", "projection")
@@ -58,7 +58,7 @@ def urdf_scenario(path, closures=None) -> Scenario:
 
 
 def mjcf_scenario(path, key=None) -> Scenario:
-    """An MJCF model (:func:`diffmb.mjcf_import.load_mjcf`): its equalities closed exactly,
+    """An MJCF model (:func:`diffmb.formats.mjcf_import.load_mjcf`): its equalities closed exactly,
     the state of ``key`` (default: the first keyframe). Settable: Baumgarte ``a``, ``b``."""
     path = existing(path, "MJCF file")
     imported = load_mjcf(path, key=key)  # compile once: errors before any run

@@ -6,7 +6,7 @@
     udwadia_kalaba.UKSystem` and as a :class:`~diffmb.system.TreeSystem` (ABA) from the same
     bodies and joints (:func:`chain_pair`), for the cross-check and the benchmark.
 ``uk-hinged-cubes``
-    The two-cube laboratory demonstration (section IV.A): see :mod:`diffmb.reconfig` and
+    The two-cube laboratory demonstration (section IV.A): see :mod:`diffmb.formulations.udwadia_kalaba.reconfig` and
     :func:`hinged_cubes`. ``diffmb reconfig uk-hinged-cubes`` explores its graph.
 ``uk-imaging``
     The four-module planetary-imaging spacecraft (section IV.B): see :func:`imaging` for the
@@ -24,8 +24,8 @@ import numpy as np
 
 from .. import spatial as sp, tree
 from ..formulations.udwadia_kalaba import UKBuilder, potentials as pot
+from ..formulations.udwadia_kalaba.reconfig import JointSite, Problem
 from ..model import ModelBuilder
-from ..reconfig import JointSite, Problem
 from ..system import TreeSystem
 from .scenario import Scenario, conserves, register
 

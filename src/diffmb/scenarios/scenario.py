@@ -51,11 +51,11 @@ class Scenario:
     #: the parameters that are Baumgarte gains (``params["baumgarte"]``): tuning one of
     #: them runs with stabilization ``baumgarte`` unless another is asked for
     gains: tuple = ("a", "b")
-    #: ``reconfiguration(overrides) -> diffmb.reconfig.Problem``: the scenario's
+    #: ``reconfiguration(overrides) -> diffmb.formulations.udwadia_kalaba.reconfig.Problem``: the scenario's
     #: reconfiguration-graph problem (``diffmb reconfig``), or ``None``.
     reconfiguration: Callable | None = None
     #: ``{name: loss(trajectory, params) -> scalar}``: losses of this case for
-    #: :func:`diffmb.tune.tune` beside the general ones (e.g. ``solar-sail-slew``'s
+    #: :func:`diffmb.design.tune.tune` beside the general ones (e.g. ``solar-sail-slew``'s
     #: ``slew``: the pointing error left at the end of a slew)
     losses: dict = field(default_factory=dict)
 

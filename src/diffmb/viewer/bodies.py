@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import state_tree
+from ..design.data import state_tree
 from .frames import body_poses, hinge_series
 from .scene import Quantity, Scene, frame_indices
 from .visuals import file_visuals

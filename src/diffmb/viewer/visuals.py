@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import spatial as sp
-from ..mjcf_import import quat_dcm
+from ..formats.mjcf_import import quat_dcm
 from . import mesh_files
 from .saved import model_args
 from .scene import dcm_to_quat, packed

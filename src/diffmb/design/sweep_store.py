@@ -8,7 +8,7 @@ A store is a folder::
 
 Each part is a Parquet table with one row per member: ``member`` (its index in the
 sweep), the member's parameter values, ``status`` (its name, as in the CSV), every metric
-of :data:`diffmb.batch.METRICS` (drifts NaN where the physics does not conserve the
+of :data:`diffmb.design.batch.METRICS` (drifts NaN where the physics does not conserve the
 quantity, as in the CSV) and ``status_code``. ``chunks/`` is a Parquet dataset on its own
 (``pyarrow.dataset.dataset(DIR / "chunks")``, ``pandas.read_parquet``, polars, DuckDB
 read it while the sweep runs); ``members.parquet`` is the same rows in member order.
@@ -124,8 +124,8 @@ def _atomic(path: Path, text: str):
 
 def chunk_columns(index, metrics: dict, members: list, conserved: list) -> dict:
     """The table columns (name -> numpy array) of the members ``index`` with ``metrics``
-    (:func:`diffmb.batch.sweep`'s, one chunk's real members), their parameter values
-    ``members`` and ``conserved`` quantities: :func:`diffmb.sweep_report.columns`, and
+    (:func:`diffmb.design.batch.sweep`'s, one chunk's real members), their parameter values
+    ``members`` and ``conserved`` quantities: :func:`diffmb.design.sweep_report.columns`, and
     ``status_code``."""
     part = SweepResult(table=metrics, batch=len(index), t1=0.0, wall_s=0.0, compile_s=0.0, devices=1,
                        chunks=1, members=members, conserved=conserved, index=[int(i) for i in index])
@@ -145,7 +145,7 @@ def write_chunk(path, n: int, columns: dict) -> Path:
 
 
 def read_chunk(path, n: int) -> dict:
-    """Chunk ``n``'s metrics as :func:`diffmb.batch.sweep` returns them (``status`` the
+    """Chunk ``n``'s metrics as :func:`diffmb.design.batch.sweep` returns them (``status`` the
     status code; drifts NaN where the member's physics does not conserve the quantity)."""
     import pyarrow.parquet as pq
 

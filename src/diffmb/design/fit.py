@@ -1,12 +1,12 @@
 """Fit scenario parameters (hinge stiffness, damping, tape-spring moments, rest angles,
 inertia scale, ...) to measured deployments, and synthesise such measurements.
 
-The data are deployment records (:mod:`diffmb.records`) whose columns are sensor outputs
-(:mod:`diffmb.sensors`: photogrammetry markers, gyros, accelerometers, coordinates). The
+The data are deployment records (:mod:`diffmb.design.records`) whose columns are sensor outputs
+(:mod:`diffmb.design.sensors`: photogrammetry markers, gyros, accelerometers, coordinates). The
 loss is the weighted squared error of the simulated outputs at the record times,
-``sum_r sum_i sum_c ((y_rc(t_i; z) - d_ric) / sigma_c)^2`` (:mod:`diffmb.fit_residual`),
+``sum_r sum_i sum_c ((y_rc(t_i; z) - d_ric) / sigma_c)^2`` (:mod:`diffmb.design.fit_residual`),
 with ``sigma_c`` the sensor's declared noise. It is a nonlinear least-squares problem with
-few unknowns, solved by Levenberg-Marquardt (:mod:`diffmb.least_squares`): the residual
+few unknowns, solved by Levenberg-Marquardt (:mod:`diffmb.design.least_squares`): the residual
 Jacobian comes from forward-mode differentiation through the simulation (one tangent per
 unknown), and the same Jacobian gives standard errors, correlations and an
 identifiability warning. Nuisance parameters of the measurement chain (marker offsets, gyro
@@ -32,12 +32,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import scenarios
+from .. import scenarios
+from ..integrate import simulate
 from .binding import Binding, _same_structure, bind, run_options
 from .data import Data, default_columns, sample_times, state_units
 from .fit_residual import NUISANCE_BOUNDS, Residual, Unknowns, predictions, residual_and_jacobian, residual_value
 from .goodness import failures, goodness_of_fit, leverages
-from .integrate import simulate
 from .least_squares import IdentifiabilityWarning, identifiability, levenberg_marquardt, noise_covariance
 from .records import as_records, resolve_sensors, stack
 from .sensors import Sensor, SensorModel, column_units
@@ -56,7 +56,7 @@ class FitResult:
     says the noise is); ``stderr`` is the one ``stderr_basis`` names: ``"noise"`` when the
     goodness-of-fit check passes, ``"scaled"`` when it fails or no noise was declared.
     ``goodness``: the chi-square test per sensor and over the fit
-    (:func:`diffmb.goodness.goodness_of_fit`)."""
+    (:func:`diffmb.design.goodness.goodness_of_fit`)."""
 
     names: tuple
     params: dict
@@ -244,14 +244,14 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
         stop=None) -> FitResult:
     """Fit ``names`` to ``data`` (module docstring).
 
-    ``scenario``: a Scenario, its name, or a :class:`~diffmb.binding.Binding`; the starting
+    ``scenario``: a Scenario, its name, or a :class:`~diffmb.design.binding.Binding`; the starting
     values are the scenario's as modified by ``overrides``. ``data``: a
-    :class:`~diffmb.data.Data`, a :class:`~diffmb.records.Record` or a list of them.
-    ``sensors``: :class:`~diffmb.sensors.Sensor` declarations (columns naming a coordinate
+    :class:`~diffmb.design.data.Data`, a :class:`~diffmb.design.records.Record` or a list of them.
+    ``sensors``: :class:`~diffmb.design.sensors.Sensor` declarations (columns naming a coordinate
     need none). ``names``: scenario parameters (``K``, ``K.theta_2``, ``ts_Mpeak``, ...)
     and nuisance parameters ``offset.<marker>``, ``bias.<gyro>``, ``t_offset``
     (per record). ``bounds``: ``{"offset": m, "bias": rad/s, "t_offset": s}`` half-widths
-    (:data:`~diffmb.fit_residual.NUISANCE_BOUNDS`; ``t_offset`` by default also at least a
+    (:data:`~diffmb.design.fit_residual.NUISANCE_BOUNDS`; ``t_offset`` by default also at least a
     quarter of the longest record, :func:`default_t_offset_bound`). ``weights``: noise std
     per column (or per sensor, a dict), else the sensors' declared ``sigma``; when columns
     of more than one sensor kind lack one (markers in m and gyros in rad/s), a second stage
@@ -272,7 +272,7 @@ def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=No
     The result says when it is not to be trusted (``warnings``, ``converged = False``): a
     parameter that ends at a bound (its standard error is then meaningless), a standard
     error that is not finite, a residual far above the declared noise (:data:`MISFIT`).
-    Every sensor with a declared noise is tested (:mod:`diffmb.goodness`): one whose
+    Every sensor with a declared noise is tested (:mod:`diffmb.design.goodness`): one whose
     residual exceeds its noise beyond chance is named in a :class:`FitWarning`, and the
     standard errors shown are then the scaled ones (:class:`FitResult`).
     """
@@ -600,9 +600,9 @@ def synth(scenario, overrides=None, *, stabilization=None, t1=None, dt=None, sol
           atol=None, columns=None, sensors=None, samples=None, noise=None, t_offset=0.0, seed=0) -> tuple:
     """Synthetic measurements: simulate the scenario with ``overrides`` and sample, at
     ``samples`` equally spaced record times on ``[0, t1]`` (default: every 10 ms, at most
-    1001), the ``sensors``' outputs (:mod:`diffmb.sensors`) and the coordinates
+    1001), the ``sensors``' outputs (:mod:`diffmb.design.sensors`) and the coordinates
     ``columns`` (default without sensors: the hinge angles,
-    :func:`~diffmb.data.default_columns`). The record's clock reads ``t_offset`` at release
+    :func:`~diffmb.design.data.default_columns`). The record's clock reads ``t_offset`` at release
     (before it the article rests in its initial state). Gaussian noise of standard
     deviation ``noise`` (column units) on every column, or, when ``noise`` is None, each
     sensor's declared ``sigma``; from ``seed``. Returns ``(Data, trajectory)``."""

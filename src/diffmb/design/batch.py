@@ -53,10 +53,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import health, scenarios, spatial as sp
+from .. import health, scenarios, spatial as sp
+from ..integrate import RunSettings
+from ..trajectory import STATUS_CODES, STATUS_NAMES
 from .binding import NotAffine, bind, build_batch
-from .integrate import RunSettings
-from .trajectory import STATUS_CODES, STATUS_NAMES
 
 #: Members per compiled call on a CPU, where a chunk's program is traced with the small
 #: products written out (:func:`_on_cpu`). Measured on fold-4panel (2-core CPU, quiet,
@@ -228,7 +228,7 @@ class SweepResult:
     #: the member indices of the rows, when not all of ``0 .. requested - 1`` finished
     #: (an interrupted sweep; with workers, the finished chunks need not be the first)
     index: list | None = None
-    #: worker processes that ran chunks (0: this process, :mod:`diffmb.distributed`)
+    #: worker processes that ran chunks (0: this process, :mod:`diffmb.design.distributed`)
     workers: int = 0
     #: members finished by an earlier run (``done``: read back, not run here)
     resumed: int = 0
@@ -417,7 +417,7 @@ def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e
     True the sweep ends there and the result holds the members finished so far
     (``interrupted``, ``requested`` the batch asked for).
     ``done``: chunks finished earlier (chunk index -> metrics of its real members, as
-    :mod:`diffmb.sweep_store` reads them back), not run again; ``on_chunk(n, metrics)`` is
+    :mod:`diffmb.design.sweep_store` reads them back), not run again; ``on_chunk(n, metrics)`` is
     called as chunk ``n`` finishes (the store writes it then). Chunk ``n`` holds members
     ``n * chunk`` up to ``(n + 1) * chunk`` (:func:`chunk_members`).
     """
@@ -542,7 +542,7 @@ def conserved_by_member(scenario, members: list) -> list:
 def scenario_batch(scenario, members: list, stabilization=None):
     """``(system, params_batch)`` for a list of member override dicts of one scenario.
 
-    Parameters that enter the params affinely (:mod:`diffmb.binding`) are stacked from one
+    Parameters that enter the params affinely (:mod:`diffmb.design.binding`) are stacked from one
     build; others (geometry) fall back to one build per member.
     """
 

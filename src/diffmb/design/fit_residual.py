@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..integrate import states_at
 from .binding import Binding
-from .integrate import states_at
 from .sensors import SensorModel
 
 #: Default bounds of the nuisance parameters (a fit keeps them inside): marker offsets

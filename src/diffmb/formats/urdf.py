@@ -59,8 +59,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from . import spatial as sp
-from .model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
+from .. import spatial as sp
+from ..model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
 
 ROOT_JOINT = "root_joint"
 """Name of the free joint that carries the root link when ``floating_base=True``."""
@@ -369,7 +369,7 @@ def _warn_mimic(robot, where):
         if m is not None:
             warnings.warn(f"{where}: joint {el.get('name')!r} <mimic joint={m.get('joint')!r}> is not "
                           f"enforced: {el.get('name')!r} is an independent coordinate (drive it, or "
-                          f"enforce it with diffmb.close_loops(model, diffmb.urdf.mimic_closures(file)) "
+                          f"enforce it with diffmb.close_loops(model, diffmb.formats.urdf.mimic_closures(file)) "
                           f"or a loop-file closure of kind 'joint')", stacklevel=3)
 
 

@@ -2,8 +2,8 @@
 
 A fit is only tested when its data did not come from the model being fitted.
 :func:`mujoco_record` converts a tree System with loop closures to MJCF
-(:func:`~diffmb.mjcf.to_mjcf`: a ``connect`` pair per cut crease, made nearly hard), runs
-MuJoCo's own integrator, and reads the declared sensors (:mod:`diffmb.sensors`) off
+(:func:`~diffmb.formats.mjcf.to_mjcf`: a ``connect`` pair per cut crease, made nearly hard), runs
+MuJoCo's own integrator, and reads the declared sensors (:mod:`diffmb.design.sensors`) off
 MuJoCo's body poses: a marker from ``xpos + xmat p``, a gyro from ``mj_objectVelocity``
 in the body's axes. :func:`mujoco_file_record` does the same for a user's MJCF file as
 MuJoCo simulates it. Needs the optional ``mujoco`` extra.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..formats.mjcf import to_mjcf, to_mujoco_state
 from .data import Data
-from .mjcf import to_mjcf, to_mujoco_state
 
 
 def _mujoco():

@@ -46,12 +46,12 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from . import fluid as fl, joints as jt, spatial as sp, tendons as tn
-from .closed_chain import assemble
-from .closures import jacobian, loop_closures, position_residual
-from .couplings import coupling
-from .model import Model, ModelBuilder
-from .system import TreeSystem
+from .. import fluid as fl, joints as jt, spatial as sp, tendons as tn
+from ..closed_chain import assemble
+from ..closures import jacobian, loop_closures, position_residual
+from ..couplings import coupling
+from ..model import Model, ModelBuilder
+from ..system import TreeSystem
 
 _KIND = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
 

@@ -41,9 +41,9 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
-from . import spatial as sp
-from .formulations.udwadia_kalaba import UKSystem, dcm_NB, omega_body
-from .integrate import simulate
+from ... import spatial as sp
+from ...integrate import simulate
+from . import UKSystem, dcm_NB, omega_body
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import coordinate_params, scenarios
+from .. import coordinate_params, scenarios
 
 
 def _split(params):

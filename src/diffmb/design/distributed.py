@@ -1,7 +1,7 @@
 """Sweeps over worker processes and hosts with Dask distributed.
 
-:func:`sweep` runs :func:`diffmb.batch.sweep`'s chunks as Dask tasks: each task is one
-chunk (:func:`diffmb.batch.chunk_members`: members ``n * chunk`` up to ``(n + 1) *
+:func:`sweep` runs :func:`diffmb.design.batch.sweep`'s chunks as Dask tasks: each task is one
+chunk (:func:`diffmb.design.batch.chunk_members`: members ``n * chunk`` up to ``(n + 1) *
 chunk``, the last padded), run vmapped on the worker's own default device (CPU or GPU)
 with the same compiled program the one-process sweep uses, so a sweep on any number of
 workers equals the one-process sweep member for member (bit for bit on the same backend
@@ -14,7 +14,7 @@ the scheduler hands that chunk to another worker; and once every chunk is handed
 chunk out for much longer than the others (:func:`stragglers`: its worker's replacement
 still compiling, a slow node) gets a second copy on an idle worker, the first result to
 come back counting (both are the same numbers). The driver writes every chunk as it
-arrives (``on_chunk``, :mod:`diffmb.sweep_store`), so a driver that dies loses nothing
+arrives (``on_chunk``, :mod:`diffmb.design.sweep_store`), so a driver that dies loses nothing
 finished either. At most ``2 x workers + 2`` chunks are queued at a time, so a sweep of
 a million members never holds its whole params on the scheduler, and Ctrl-C (``stop``)
 cancels only a few.
@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _config
+from .. import _config
 from .batch import (
     _batch_size,
     _take,
@@ -166,12 +166,12 @@ def sweep(system, params_batch, *, t1, workers=None, address=None, client=None, 
           rtol=1e-8, atol=1e-10, x0_batch=None, saveat=1001, chunk=None, max_violation=1.0,
           flat_tol_deg=1.0, progress=False, members=None, conserved=None, stop=None, done=None,
           on_chunk=None, poll_s=0.2):
-    """:func:`diffmb.batch.sweep` over Dask workers: ``workers`` local processes, or the
+    """:func:`diffmb.design.batch.sweep` over Dask workers: ``workers`` local processes, or the
     cluster at ``address``, or an open ``client``. Same members, chunks and result; the
     result's ``workers`` counts the worker processes that ran chunks, ``compile_s`` is the
     longest compile of any worker and ``wall_s`` the elapsed time less that (the workers
     compile at the same time). ``chunk`` defaults to a worker's :func:`default_chunk`.
-    ``done``/``on_chunk``/``stop`` as for :func:`diffmb.batch.sweep`; ``stop`` is checked
+    ``done``/``on_chunk``/``stop`` as for :func:`diffmb.design.batch.sweep`; ``stop`` is checked
     every ``poll_s`` seconds, and on True the queued chunks are cancelled."""
     require()
     if sum(x is not None for x in (workers, address, client)) != 1:

@@ -197,7 +197,7 @@ def read_data(path, system, sensor_units=None) -> Data:
     names, or a trajectory file) measured against ``system``; see module docstring for the
     checks.
     ``sensor_units``: ``{column: unit}`` of sensor columns the record may also hold
-    (:func:`diffmb.sensors.column_units`)."""
+    (:func:`diffmb.design.sensors.column_units`)."""
     path = os.fspath(path)
     names = tuple(system.state_names)
     kinds = unit_kinds(system)

@@ -8,7 +8,7 @@ figure of one metric over the swept parameters.
   metric), at most :data:`SCATTER_POINTS` members drawn (an even stride through them).
 
 Both take columns (name -> numpy array over members, as :meth:`columns` or
-:func:`diffmb.sweep_store.read_table` give them), so a million-member table is plotted
+:func:`diffmb.design.sweep_store.read_table` give them), so a million-member table is plotted
 without building a Python row per member.
 """
 

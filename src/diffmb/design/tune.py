@@ -3,7 +3,7 @@
 Fulton & Schaub tuned their Baumgarte gains by hand (section 4.2: ``a = 100, b = 0`` for
 the 4-panel fold, "trial and error") and found none for the 3x3 grid. :func:`tune` makes
 that a minimisation: the parameters (any scenario ``--set`` names, bound to the System's
-params by :mod:`diffmb.binding`) are optimised by Adam on a loss of the simulated
+params by :mod:`diffmb.design.binding`) are optimised by Adam on a loss of the simulated
 trajectory, with gradients through :func:`~diffmb.integrate.simulate` (memory-bounded
 recursive-checkpoint adjoint). Adam descends ``log(loss)``, whose gradient is scale-free.
 
@@ -43,10 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import scenarios
+from .. import scenarios
+from ..integrate import FIXED_SOLVERS, RunSettings
 from .binding import Binding, resolve
 from .data import unit_kinds
-from .integrate import FIXED_SOLVERS, RunSettings
 
 LOSSES = ("violation", "deploy", "vibration")
 
@@ -247,7 +247,7 @@ def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=Non
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
-    :class:`~diffmb.binding.Binding`. Run settings default to the scenario's, and so does
+    :class:`~diffmb.design.binding.Binding`. Run settings default to the scenario's, and so does
     ``stabilization``, except that tuning one of the scenario's Baumgarte ``gains`` runs
     with ``baumgarte``. ``log``:
     names optimised in log space (default: every name whose initial value is >= 0).

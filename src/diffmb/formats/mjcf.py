@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import spatial as sp
-from .tree import forward_kinematics
+from .. import spatial as sp
+from ..tree import forward_kinematics
 
 KIND = {"revolute": "hinge", "prismatic": "slide", "spherical": "ball"}
 

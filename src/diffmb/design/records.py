@@ -2,10 +2,10 @@
 settings.
 
 A test campaign deploys the same article several times, from different stowed states.
-Each :class:`Record` holds one run's :class:`~diffmb.data.Data`, the scenario values that
+Each :class:`Record` holds one run's :class:`~diffmb.design.data.Data`, the scenario values that
 differ for that run (``overrides``: an initial fold, a stowage; from ``# set: NAME=VALUE``
 lines of a CSV) and a label for reports. Every column is a sensor column
-(:mod:`diffmb.sensors`) or, as before sensors existed, a coordinate of the System (read as
+(:mod:`diffmb.design.sensors`) or, as before sensors existed, a coordinate of the System (read as
 an ``angle`` sensor of that name).
 """
 
