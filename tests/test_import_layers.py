@@ -63,3 +63,14 @@ def test_the_core_never_imports_design_tools_or_file_formats():
     upward = [(a, b) for a, b in g.edges if a in core and b.startswith(("diffmb.design", "diffmb.formats"))]
     assert "diffmb.system" in core and "diffmb.formulations.udwadia_kalaba.reconfig" in core
     assert upward == []
+
+
+def test_moved_modules_are_reached_through_the_package():
+    """``from diffmb import fit`` (and the other modules that moved into ``design/``,
+    ``formats/``, ``origami/`` and ``udwadia_kalaba/``) keeps working."""
+    import diffmb
+
+    for name, target in diffmb._MOVED.items():
+        assert getattr(diffmb, name).__name__ == target
+        assert (SRC / (target.removeprefix("diffmb.").replace(".", "/") + ".py")).is_file()
+        assert not (SRC / f"{name}.py").exists()

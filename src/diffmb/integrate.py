@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import diffrax as dfx
 import equinox as eqx
@@ -34,10 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from diffrax import AbstractERK, AbstractRungeKutta, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
+from jax.typing import ArrayLike
 
 from . import spatial
 from .system import System
 from .trajectory import STATUS_CODES, Trajectory
+
+#: A pytree of arrays (a System's params).
+PyTree = Any
 
 _rk4_tableau = ButcherTableau(
     a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
@@ -262,15 +267,15 @@ def simulate(
     *,
     t1: float,
     t0: float = 0.0,
-    x0=None,
-    params=None,
+    x0: ArrayLike | None = None,
+    params: PyTree | None = None,
     dt: float | None = None,
     solver: str = "rk4",
     rtol: float = 1e-8,
     atol: float = 1e-10,
-    saveat=None,
+    saveat: int | ArrayLike | None = None,
     max_steps: int | None = None,
-    events=None,
+    events: Callable | Sequence[Callable] | None = None,
     progress: bool = False,
     max_violation: float | None = None,
     adjoint: str = "checkpoint",

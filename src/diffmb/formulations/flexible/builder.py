@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import spatial as sp
+from ...system import clock_entry
 from ...tree_checks import check_tree_body, is_rotation
 from .body import JOINT_DOF, METHODS, SPEEDS
 from .modal import ModalData
@@ -237,8 +238,7 @@ def _initial_state(tree, make, params, speeds):
     rates0 = jnp.asarray(np.concatenate(tree.x0u))
     u0 = customary_to_speeds(system, xc0, rates0, params, make({}, "customary")) \
         if speeds == "efficient" else rates0
-    parts = [xc0, u0] + ([jnp.zeros(1)] if system.has_clock else [])
-    return jnp.concatenate(parts)
+    return jnp.concatenate([xc0, u0] + clock_entry(system.has_clock, 0.0, xc0.dtype))
 
 
 def customary_to_speeds(system: FlexibleSystem, xc, rates, params, customary: FlexibleSystem, t=0.0):
