@@ -62,16 +62,22 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 
 from .integrate import FIXED_SOLVERS, compile_simulation
 from .trajectory import Trajectory, concatenate
+
+if TYPE_CHECKING:
+    from .integrate import PyTree
+    from .system import System
 
 #: Default segmenting of fixed-step runs (module docstring).
 STEPS_PER_SEGMENT = 1000
@@ -456,8 +462,9 @@ def finish(res: SegmentedRun, out_dir, name: str, identity: dict) -> Path:
     return res.path
 
 
-def run(system, params=None, *, t1: float, out_dir, name: str = "run", dt: float | None = None,
-        solver: str = "rk4", rtol: float = 1e-8, atol: float = 1e-10, segments: int | None = None,
+def run(system: System, params: PyTree | None = None, *, t1: float, out_dir: str | os.PathLike,
+        name: str = "run", dt: float | None = None, solver: str = "rk4", rtol: float = 1e-8,
+        atol: float = 1e-10, segments: int | None = None,
         resume: bool = False, discard: bool = False, identity: dict | None = None,
         stop: Callable[[], bool] | None = None,
         on_segment: Callable[[int, Trajectory, float], None] | None = None) -> SegmentedRun:

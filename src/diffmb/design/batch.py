@@ -46,7 +46,9 @@ import csv
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -57,6 +59,12 @@ from .. import health, scenarios, spatial as sp
 from ..integrate import RunSettings
 from ..trajectory import STATUS_CODES, STATUS_NAMES
 from .binding import NotAffine, bind, build_batch
+
+if TYPE_CHECKING:
+    from jax.typing import ArrayLike
+
+    from ..integrate import PyTree
+    from ..system import System
 
 #: Members per compiled call on a CPU, where a chunk's program is traced with the small
 #: products written out (:func:`_on_cpu`). Measured on fold-4panel (2-core CPU, quiet,
@@ -404,9 +412,12 @@ def assemble(pieces: dict, *, batch: int, chunk: int, t1, wall_s, compile_s, dev
                        busy_s=wall_s if busy_s is None else busy_s)
 
 
-def sweep(system, params_batch, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, x0_batch=None,
-          saveat=1001, chunk=None, devices=None, max_violation=1.0, flat_tol_deg=1.0,
-          progress=False, members=None, conserved=None, stop=None, done=None, on_chunk=None) -> SweepResult:
+def sweep(system: System, params_batch: PyTree, *, t1: float, dt: float | None = None, solver: str = "rk4",
+          rtol: float = 1e-8, atol: float = 1e-10, x0_batch: ArrayLike | None = None, saveat: int = 1001,
+          chunk: int | None = None, devices: str | int | Sequence | None = None, max_violation: float = 1.0,
+          flat_tol_deg: float = 1.0, progress: bool = False, members: Sequence[dict] | None = None,
+          conserved: Sequence | None = None, stop: Callable[[], bool] | None = None, done: dict | None = None,
+          on_chunk: Callable | None = None) -> SweepResult:
     """Simulate ``system`` for every member of ``params_batch`` (its params pytree with a
     leading batch axis on every array leaf) and optional ``x0_batch (B, nx)``; see module
     docstring. ``chunk``: members per compiled call (default :func:`default_chunk`). ``devices``: ``None``

@@ -25,7 +25,9 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -41,6 +43,10 @@ from .goodness import failures, goodness_of_fit, leverages
 from .least_squares import IdentifiabilityWarning, identifiability, levenberg_marquardt, noise_covariance
 from .records import as_records, resolve_sensors, stack
 from .sensors import Sensor, SensorModel, column_units
+
+if TYPE_CHECKING:
+    from ..scenarios import Scenario
+    from .records import Record
 
 
 @dataclass
@@ -238,10 +244,14 @@ def problem(scenario, data, names, *, sensors=None, overrides=None, stabilizatio
                    records=records, sensors=model, columns=columns, t=t, y=y, mask=mask, weights=w, known=known)
 
 
-def fit(scenario, data, names, *, sensors=None, overrides=None, stabilization=None, dt=None, solver=None,
-        rtol=None, atol=None, weights=None, bounds=None, shooting=1, continuity_scale=1e-3, log=None,
-        continuation=True, max_iterations=100, tol=1e-8, lm_lambda=1e-3, callback=None,
-        stop=None) -> FitResult:
+def fit(scenario: Scenario | str | Binding, data: Data | Record | Sequence[Data | Record],
+        names: Sequence[str], *, sensors: Sequence[Sensor] | None = None, overrides: dict | None = None,
+        stabilization: str | None = None, dt: float | None = None, solver: str | None = None,
+        rtol: float | None = None, atol: float | None = None, weights: dict | None = None,
+        bounds: dict | None = None, shooting: int = 1, continuity_scale: float = 1e-3,
+        log: bool | Sequence[str] | None = None, continuation: bool = True, max_iterations: int = 100,
+        tol: float = 1e-8, lm_lambda: float = 1e-3, callback: Callable | None = None,
+        stop: Callable[[], bool] | None = None) -> FitResult:
     """Fit ``names`` to ``data`` (module docstring).
 
     ``scenario``: a Scenario, its name, or a :class:`~diffmb.design.binding.Binding`; the starting

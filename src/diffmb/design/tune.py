@@ -34,8 +34,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -47,6 +48,9 @@ from .. import scenarios
 from ..integrate import FIXED_SOLVERS, RunSettings
 from .binding import Binding, resolve
 from .data import unit_kinds
+
+if TYPE_CHECKING:
+    from ..scenarios import Scenario
 
 LOSSES = ("violation", "deploy", "vibration")
 
@@ -239,11 +243,15 @@ def _value(obj, z):
     return obj(z)
 
 
-def tune(scenario, names, *, overrides=None, stabilization=None, t1=None, dt=None, solver=None,
-         rtol=None, atol=None, saveat=201, loss="violation", loss_weights=None, steps=100,
-         learning_rate=0.1, clip=1.0, patience=15, min_rel_improvement=1e-3, log=None,
-         zero_start=0.1, divergence_penalty=1e3, max_violation=1.0, callback=None,
-         progress=False, stop_at_floor=True, stop=None) -> TuneResult:
+def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides: dict | None = None,
+         stabilization: str | None = None, t1: float | None = None, dt: float | None = None,
+         solver: str | None = None, rtol: float | None = None, atol: float | None = None,
+         saveat: int = 201, loss: str | Callable = "violation", loss_weights: dict | None = None,
+         steps: int = 100, learning_rate: float = 0.1, clip: float = 1.0, patience: int = 15,
+         min_rel_improvement: float = 1e-3, log: bool | Sequence[str] | None = None,
+         zero_start: float = 0.1, divergence_penalty: float = 1e3, max_violation: float = 1.0,
+         callback: Callable | None = None, progress: bool = False, stop_at_floor: bool = True,
+         stop: Callable[[], bool] | None = None) -> TuneResult:
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready

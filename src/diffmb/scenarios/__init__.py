@@ -7,6 +7,8 @@ run with. Modules in this package register their scenarios on import.
 
 from __future__ import annotations
 
+import os
+
 # importing a scenario module registers its scenarios
 from . import closed_mechanisms, files, flexible_spacecraft, fourbar, modular_spacecraft, origami, pendulum, tensegrity  # noqa: F401
 from .scenario import NONNEGATIVE, REGISTRY, Scenario, conserves, nonnegative, register
@@ -14,7 +16,7 @@ from .scenario import NONNEGATIVE, REGISTRY, Scenario, conserves, nonnegative, r
 __all__ = ["NONNEGATIVE", "REGISTRY", "Scenario", "conserves", "get", "nonnegative", "register"]
 
 
-def get(name: str, *, closures=None, key=None) -> Scenario:
+def get(name: str, *, closures: str | os.PathLike | None = None, key: str | int | None = None) -> Scenario:
     """The registered scenario ``name``; for a path ending in ``.fold`` an ad-hoc scenario
     that loads that FOLD crease pattern (:func:`origami.fold_scenario`), for ``.urdf`` a
     robot description (``closures``: a loop file), for ``.xml`` an MJCF model (``key``: its
