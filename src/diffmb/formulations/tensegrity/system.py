@@ -361,8 +361,8 @@ class TensegritySystem(System):
     def correct(self, q, qd, W, p):
         """Algorithm 1: up to ``correction_passes`` minimum-norm corrections (eq. 45), each
         applied only while ``max(|R|, |R_q qd|, |E - E0 - W_f|) > gamma``. A pass below
-        ``gamma`` ends the correction without building and solving eq. 44 (a branch, not a
-        mask, outside ``vmap``): after the first pass the state usually holds to round-off."""
+        ``gamma`` skips building and solving eq. 44 (a branch, not a mask, outside
+        ``vmap``): after the first pass the state usually holds to round-off."""
         Z = p["Z_lin"]
         nf = Z.shape[1]
         if not self.energy_correction and (self.compressible or not self.bars):
@@ -376,14 +376,11 @@ class TensegritySystem(System):
             d = Ac.T @ jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(S), True), bc)  # eq. 45
             return q + Z @ d[:nf], qd + Z @ d[nf:2 * nf], W + d[2 * nf]
 
-        def passes(left, carry):
-            # a pass below gamma leaves the state as it is, so every later pass would too:
-            # the remaining passes sit inside this one's branch
+        def one(_, carry):
             terms = self._violation(*carry, E0, p)
-            rest = (lambda c, t: passes(left - 1, update(c, t))) if left > 1 else update
-            return jax.lax.cond(terms[-1] > p["gamma"], rest, lambda c, _: c, carry, terms)
+            return jax.lax.cond(terms[-1] > p["gamma"], update, lambda c, _: c, carry, terms)
 
-        return passes(self.correction_passes, (q, qd, W))
+        return jax.lax.fori_loop(0, self.correction_passes, one, (q, qd, W))
 
     def project(self, x, params):
         if self.stabilization != "projection":
