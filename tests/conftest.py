@@ -231,3 +231,24 @@ def random_state(model, seed: int, scale: float = 1.0):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+def interrupt_after(monkeypatch, segment: int):
+    """A Ctrl-C once segment ``segment`` (0-based) of a resumable run has finished: the
+    compiled segment raises KeyboardInterrupt when it is called for the next one."""
+    from diffmb import resumable
+
+    real = resumable.compile_simulation
+
+    def compiling(system, **kw):
+        run, seconds = real(system, **kw)
+        calls = []
+
+        def counted(**args):
+            if len(calls) > segment:
+                raise KeyboardInterrupt
+            calls.append(1)
+            return run(**args)
+        return counted, seconds
+
+    monkeypatch.setattr(resumable, "compile_simulation", compiling)

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import cli, resumable, scenarios
+from conftest import interrupt_after
+from diffmb import cli, scenarios
 from diffmb.plot import plot_trajectory
 from diffmb.system import System
 from diffmb.trajectory import Trajectory
@@ -28,25 +29,6 @@ from diffmb.trajectory import Trajectory
 JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "energy", "angular_momentum",
              "violation", "final", "status", "warnings"}
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet"]
-
-
-def interrupt_after(monkeypatch, segment: int):
-    """A Ctrl-C once segment ``segment`` (0-based) has finished: the compiled segment
-    raises KeyboardInterrupt when it is called for the next one."""
-    real = resumable.compile_simulation
-
-    def compiling(system, **kw):
-        run, seconds = real(system, **kw)
-        calls = []
-
-        def counted(**args):
-            if len(calls) > segment:
-                raise KeyboardInterrupt
-            calls.append(1)
-            return run(**args)
-        return counted, seconds
-
-    monkeypatch.setattr(resumable, "compile_simulation", compiling)
 
 
 def _json(path) -> dict:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import diffmb
+from conftest import interrupt_after
 from diffmb import cli, resumable, scenarios
 from diffmb.trajectory import Trajectory
 
@@ -26,26 +27,9 @@ REAL_COMPILE = resumable.compile_simulation
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet", "--no-plot"]
 
 
-def _interrupt_after(monkeypatch, segment):
-    """A Ctrl-C once segment ``segment`` (0-based) has finished: the compiled segment
-    raises KeyboardInterrupt when it is called for the next one."""
-    def compiling(system, **kw):
-        run, seconds = REAL_COMPILE(system, **kw)
-        calls = []
-
-        def counted(**args):
-            if len(calls) > segment:
-                raise KeyboardInterrupt
-            calls.append(1)
-            return run(**args)
-        return counted, seconds
-
-    monkeypatch.setattr(resumable, "compile_simulation", compiling)
-
-
 def _partial(tmp_path, monkeypatch, argv=PENDULUM) -> Path:
     """Interrupt ``argv`` after its first segment; return its partial file."""
-    _interrupt_after(monkeypatch, 0)
+    interrupt_after(monkeypatch, 0)
     assert cli.main(argv + ["--out", str(tmp_path)]) == 130
     monkeypatch.setattr(resumable, "compile_simulation", REAL_COMPILE)
     name = argv[1]
@@ -135,7 +119,7 @@ def test_default_segments_bound_the_steps_per_segment_and_the_saved_points():
 
 
 def test_a_billion_step_run_says_so_and_stops_after_one_short_segment(tmp_path, monkeypatch, capsys):
-    _interrupt_after(monkeypatch, 0)
+    interrupt_after(monkeypatch, 0)
     monkeypatch.setattr(cli.run, "ESTIMATE_AFTER_S", 0.0)  # say it even when the segment is fast
     argv = ["run", "pendulum", "--dt", "1e-9", "--t1", "1", "--no-plot", "--out", str(tmp_path)]
     assert cli.main(argv) == 130
