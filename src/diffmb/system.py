@@ -128,7 +128,7 @@ class System(eqx.Module):
     def body_frames(self, x, params) -> BodyFrames:
         """Every body's pose and rates at state ``x``, in ``body_names`` order
         (:class:`~diffmb.body_frames.BodyFrames`): what sensors and the viewer read."""
-        raise NotImplementedError(f"{type(self).__name__} reports no body frames (body_names is empty)")
+        raise ValueError(f"{type(self).__name__} has no body frames: its body_names is empty")
 
     @property
     def tree_models(self) -> tuple:
