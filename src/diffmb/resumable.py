@@ -96,8 +96,9 @@ class PartialRunExists(ValueError):
 
     def __init__(self, path: Path, held: str, differences: list[str]):
         self.path, self.held, self.differences = path, held, differences
-        why = f" (not with this run's settings: {', '.join(differences)})" if differences else ""
-        super().__init__(f"{path} holds {held}; resume=True continues it{why}, discard=True replaces it")
+        #: the differences as the message's parenthesis ("" when there are none)
+        self.why = f" (not with this run's settings: {', '.join(differences)})" if differences else ""
+        super().__init__(f"{path} holds {held}; resume=True continues it{self.why}, discard=True replaces it")
 
 
 class ResumeMismatch(ValueError):
@@ -288,9 +289,12 @@ def peek(path) -> tuple[dict, float] | None:
         return None
 
 
-def differences(meta: dict, want: dict) -> list[str]:
-    """``"KEY X there, Y here"`` for each key of ``want`` whose value ``meta`` does not hold."""
-    return [f"{k} {meta.get(k)!r} there, {want[k]!r} here" for k in want if meta.get(k) != want[k]]
+def differences(held: dict, want: dict, *, held_only: bool = False) -> list[str]:
+    """``"KEY X there, Y here"`` for each key of ``want`` whose value ``held`` does not
+    hold, and with ``held_only`` for each key only ``held`` has (what a file holds beside
+    its settings, such as the segments done, is left out by default)."""
+    keys = list(want) + ([k for k in held if k not in want] if held_only else [])
+    return [f"{k} {held.get(k)!r} there, {want.get(k)!r} here" for k in keys if held.get(k) != want.get(k)]
 
 
 def check_partial(out_dir, name: str, p: Plan, identity: dict, *, segments_given: bool = True):

@@ -233,8 +233,7 @@ def check_partial(cfg: RunConfig):
     try:
         resumable.check_partial(cfg.out, cfg.name, cfg.plan, cfg.identity, segments_given=cfg.segments_given)
     except PartialRunExists as e:
-        why = f" (not with this run's settings: {', '.join(e.differences)})" if e.differences else ""
-        raise UsageError(f"{e.path} holds {e.held}; add --resume to continue it{why}, or --discard to "
+        raise UsageError(f"{e.path} holds {e.held}; add --resume to continue it{e.why}, or --discard to "
                          f"replace it (or give another --out to keep it)") from None
 
 

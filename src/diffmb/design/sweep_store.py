@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import resumable
 from .batch import METRICS, SweepResult
 from .sweep_report import columns
 
@@ -59,9 +60,8 @@ def part_path(path, n: int) -> Path:
 
 
 def differences(held: dict, want: dict) -> list[str]:
-    """``"NAME X there, Y here"`` for each setting that differs."""
-    keys = list(want) + [k for k in held if k not in want]
-    return [f"{k} {held.get(k)!r} there, {want.get(k)!r} here" for k in keys if held.get(k) != want.get(k)]
+    """``"NAME X there, Y here"`` for each setting that differs, on either side."""
+    return resumable.differences(held, want, held_only=True)
 
 
 def read_meta(path) -> dict | None:
