@@ -204,7 +204,8 @@ SHARD_SCRIPT = textwrap.dedent("""
 
 def test_sharded_sweep_equals_unsharded():
     """A batch sharded over 4 host devices gives the unsharded results."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", SHARD_SCRIPT], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
