@@ -6,9 +6,13 @@ RK4 at dt = 1 ms over ``--t1`` seconds, in chunks of ``--chunk`` (default 32), r
 ``inproc-pinned``   :func:`diffmb.design.batch.sweep` in one process pinned to core 0 (taskset)
 ``inproc``          the same, unpinned
 ``1w-pinned``       one Dask worker process pinned to core 0
-``1w``              one Dask worker, unpinned
-``2w``              two Dask workers, unpinned (what ``diffmb sweep --workers 2`` starts)
-``2w-pinned``       two Dask workers, pinned to cores 0 and 1
+``1w``              one Dask worker as ``diffmb sweep --workers 1`` starts it
+``2w``              two Dask workers as ``diffmb sweep --workers 2`` starts them (each pinned
+                    to a core of its own by the worker itself, XLA on one thread)
+``2w-pinned``       two ``dask worker`` processes pinned to cores 0 and 1 by ``taskset``
+
+The ``dask worker`` processes get the environment the local cluster gives its workers
+(:func:`diffmb.design.distributed.worker_env`).
 
 Every mode compiles first (one untimed sweep; the processes share one persistent
 compilation cache) and is then timed ``--repeats`` times: the in-process sweeps' own
@@ -88,8 +92,10 @@ def run_inprocess(args, pinned: bool) -> dict:
     return res
 
 
-def run_workers(args, cores, kill=False) -> dict:
-    """Dask workers (``cores``: a core to pin each to, or None) on a local scheduler: one
+def run_workers(args, cores, kill=False, local=False) -> dict:
+    """Dask workers (``cores``: a core to pin each to with ``taskset``, or None; ``local``:
+    :func:`diffmb.design.distributed.local_cluster` of that many, pinned by
+    :func:`~diffmb.design.distributed.pin_workers`) on a local scheduler: one
     untimed sweep, then ``repeats`` timed ones; with ``kill`` one more in which a worker
     is killed as the first chunk comes back."""
     from distributed import Client, LocalCluster
@@ -97,15 +103,21 @@ def run_workers(args, cores, kill=False) -> dict:
     from diffmb.design import distributed
 
     system, params, run = case(args)
-    cluster = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)
-    client = Client(cluster)
     procs = []
+    if local:  # what `diffmb sweep --workers N` starts
+        cluster = distributed.local_cluster(len(cores))
+        client = Client(cluster)
+        distributed.pin_workers(client)
+    else:
+        cluster = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)
+        client = Client(cluster)
     try:
-        for core in cores:
+        env = dict(os.environ, **distributed.worker_env()[0])  # the local workers' settings
+        for core in [] if local else cores:
             cmd = (["taskset", "-c", core] if core is not None else []) + [
                 sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address, "--nthreads", "1",
                 "--nworkers", "1", "--memory-limit", "0", "--no-dashboard"]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
         client.wait_for_workers(len(cores), timeout=120)
         tic = time.perf_counter()
         distributed.sweep(system, params, client=client, **run)
@@ -180,7 +192,7 @@ def main():
             r = run_inprocess(args, mode == "inproc-pinned")
             times = r["walls_s"]
         else:
-            r = run_workers(args, WORKERS[mode], kill=args.kill and mode == "2w")
+            r = run_workers(args, WORKERS[mode], kill=args.kill and mode == "2w", local=mode in ("1w", "2w"))
             times = r["elapsed_s"]
         med = statistics.median(times)
         modes[mode] = {**r, "median_s": med, "member_s_per_s": member_s / med, "pressure_before": before,

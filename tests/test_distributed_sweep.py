@@ -211,6 +211,58 @@ def test_a_chunk_out_far_longer_than_the_others_gets_a_second_copy_on_an_idle_wo
     assert distributed.stragglers(pending, started, [], set(), 3, 30.0) == []
 
 
+def test_a_chunk_queued_behind_others_is_timed_from_when_it_began_running():
+    """Six chunks handed out at once to two workers: the third and later are timed from
+    when a chunk before them came back, not from the hand-out, so at the sweep's tail a
+    chunk that ran 2 s of a 2 s chunk time is no straggler (from the hand-out it would
+    look 8 s old and get a copy); a chunk that ran 30 s still is."""
+    f = [object() for _ in range(6)]
+    r = distributed.RunningSince()
+    for g in f:
+        r.handed_out(g, 0.0, 2)
+    assert set(r.since) == {f[0], f[1]}
+    for t, done in zip((2.0, 2.1, 4.0, 4.1), f[:4]):
+        r.came_back(done, t, 2)
+    assert r.since == {f[4]: 4.0, f[5]: 4.1}
+    pending = {f[5]: 5}
+    r.came_back(f[4], 6.0, 2)
+    assert r.since == {f[5]: 4.1}
+    assert distributed.stragglers(pending, r.since, [2.0, 1.9, 2.1, 2.0, 2.0], set(), 2, 6.1) == []
+    assert distributed.stragglers(pending, r.since, [2.0, 1.9, 2.1, 2.0, 2.0], set(), 2, 34.1) == [5]
+    # a chunk cancelled while queued (its twin came back) frees no running slot
+    q = distributed.RunningSince()
+    for g in f[:3]:
+        q.handed_out(g, 0.0, 2)
+    q.came_back(f[2], 1.0, 2)
+    assert set(q.since) == {f[0], f[1]}
+
+
+def test_local_workers_are_pinned_single_threaded_and_share_a_compilation_cache():
+    """What ``--workers 2`` starts on this 2-core machine: each worker process, all its
+    threads, on a core of its own; XLA on one thread; one persistent compilation cache
+    (a temporary folder unless JAX_COMPILATION_CACHE_DIR names one, as the test session's
+    does) and EQX_ON_ERROR=nan, without which XLA caches none of diffrax's programs."""
+    from distributed import Client
+
+    cores = sorted(os.sched_getaffinity(0))
+    cluster = distributed.local_cluster(2)
+    try:
+        with Client(cluster) as c:
+            assert distributed.pin_workers(c) == (len(cores) >= 2)
+            got = c.run(lambda: ({frozenset(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")},
+                                 os.environ["EQX_ON_ERROR"], os.environ["XLA_FLAGS"],
+                                 os.environ["JAX_COMPILATION_CACHE_DIR"]))
+    finally:
+        cluster.close()
+    (a, *ra), (b, *rb) = got.values()
+    assert ra == rb and ra[0] == "nan" and "--xla_cpu_multi_thread_eigen=false" in ra[1]
+    assert ra[2] == os.environ["JAX_COMPILATION_CACHE_DIR"]
+    if len(cores) >= 2:
+        assert len(a) == len(b) == 1 and a != b and {next(iter(a)), next(iter(b))} <= {frozenset({x}) for x in cores}
+    env, made = distributed.worker_env()
+    assert made is None  # the session's cache folder is named, so none is made
+
+
 def test_ctrl_c_on_the_cluster_exits_130_keeping_the_finished_chunks(client, tmp_path, monkeypatch, capsys):
     """The CLI's Ctrl-C path with workers: the flag is seen between waits, the queued
     chunks are cancelled, the finished ones are in the table, exit 130."""

@@ -20,8 +20,9 @@ a million members never holds its whole params on the scheduler, and Ctrl-C (``s
 cancels only a few.
 
 ``workers=N`` starts a local cluster of N single-threaded worker processes on
-127.0.0.1 for the sweep and stops it after; ``address="HOST:PORT"`` joins a running
-scheduler (``dask scheduler`` and ``dask worker`` on a cluster, see
+127.0.0.1 for the sweep, each pinned to a core of its own and all reading one
+compilation cache (:func:`local_cluster`, :func:`pin_workers`), and stops it after;
+``address="HOST:PORT"`` joins a running scheduler (``dask scheduler`` and ``dask worker`` on a cluster, see
 ``docs/distributed-sweeps.md``). Local workers are spawned processes: a script that
 calls :func:`sweep` with ``workers`` needs the ``if __name__ == "__main__":`` guard.
 Needs the ``cluster`` extra (``pip install 'diffmb[cluster]'``).
@@ -33,9 +34,13 @@ import functools
 import hashlib
 import importlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 import uuid
 import warnings
+import weakref
 from pathlib import Path
 
 import equinox as eqx
@@ -121,18 +126,45 @@ SLACK_S = 1.0
 
 def stragglers(pending: dict, started: dict, runs: list, backed: set, workers: int, now: float) -> list:
     """The chunks to run a second copy of: when every chunk has been handed out (``pending``:
-    future -> chunk, ``started``: future -> when it was submitted) and fewer chunks are out
-    than there are ``workers``, those out for longer than :data:`STRAGGLER` times the
-    median of the chunk times ``runs`` so far (oldest first, at most one per idle worker,
-    none twice: ``backed``). A chunk whose worker died and whose replacement is still
-    starting (importing JAX, compiling) is one; so is a chunk on a slow node."""
+    future -> chunk, ``started``: future -> when it began running, :class:`RunningSince`)
+    and fewer chunks are out than there are ``workers``, those running for longer than
+    :data:`STRAGGLER` times the median of the chunk times ``runs`` so far (oldest first, at
+    most one per idle worker, none twice: ``backed``). A chunk whose worker died and whose
+    replacement is still starting (importing JAX, compiling) is one; so is a chunk on a
+    slow node."""
     out_now = set(pending.values())
     idle = workers - len(out_now)
     if idle <= 0 or not runs:
         return []
     limit = STRAGGLER * float(np.median(runs)) + SLACK_S
-    old = sorted((started[f], n) for f, n in pending.items() if n not in backed and now - started[f] > limit)
+    old = sorted((started[f], n) for f, n in pending.items()
+                 if f in started and n not in backed and now - started[f] > limit)
     return list(dict.fromkeys(n for _, n in old))[:idle]
+
+
+class RunningSince:
+    """When each chunk out began running, estimated by the driver without asking the
+    workers: the first ``workers`` chunks out from when they are handed out, each later one
+    from when a chunk before it comes back (the scheduler runs them in the order handed
+    out). Timed from the hand-out instead, a chunk that queued behind others looked like a
+    straggler at a sweep's tail and got a second copy, whose worker, busy with it after it
+    was cancelled (a running task is not interrupted), started the next sweep late.
+    ``since``: future -> when it began running."""
+
+    def __init__(self):
+        self.since, self._queued = {}, []
+
+    def handed_out(self, f, now: float, workers: int):
+        if len(self.since) < workers:
+            self.since[f] = now
+        else:
+            self._queued.append(f)
+
+    def came_back(self, f, now: float, workers: int):
+        self.since.pop(f, None)
+        self._queued = [g for g in self._queued if g is not f]
+        while self._queued and len(self.since) < workers:
+            self.since[self._queued.pop(0)] = now
 
 
 def _worker_id():
@@ -147,12 +179,83 @@ def _worker_id():
 def local_cluster(workers: int):
     """A Dask cluster of ``workers`` single-threaded worker processes on 127.0.0.1 (the
     scheduler's HTTP endpoint on a free port there, none on the workers; no memory limit:
-    a worker's compiled programs are its working set)."""
+    a worker's compiled programs are its working set), sharing one JAX compilation cache
+    (:func:`worker_env`)."""
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        dashboard_address="127.0.0.1:0", worker_dashboard_address=None, memory_limit=0,
-                        silence_logs=logging.ERROR)
+    env, made = worker_env()
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                           dashboard_address="127.0.0.1:0", worker_dashboard_address=None, memory_limit=0,
+                           silence_logs=logging.ERROR, env=env)
+    if made is not None:
+        weakref.finalize(cluster, shutil.rmtree, made, ignore_errors=True)
+    return cluster
+
+
+def worker_env() -> tuple[dict, str | None]:
+    """``(environment of the local workers, the cache folder made for them or None)``.
+
+    * One persistent JAX compilation cache: the folder ``JAX_COMPILATION_CACHE_DIR`` names,
+      or else a temporary one removed with the cluster. A worker that replaces a killed
+      one, or joins late, reads a chunk's program back instead of compiling it again
+      (fold-4panel's chunk: about 10 s), so a lost worker costs little more than its
+      in-flight chunk.
+    * ``EQX_ON_ERROR=nan``: equinox's runtime checks inside diffrax are host callbacks
+      otherwise, and XLA never caches a program with one. What they check (``t1 > t0``,
+      increasing save times) :func:`diffmb.simulate` checks before tracing, so no result
+      changes; a check failing in a chunk would give its members NaN (status diverged)
+      instead of failing the chunk.
+    * XLA on one thread (``--xla_cpu_multi_thread_eigen=false``): a worker is one
+      single-threaded process, as Dask's ``threads_per_worker=1`` says; XLA's own thread
+      pool would otherwise compete with the other workers for their cores."""
+    cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    made = None
+    if not cache:
+        cache = made = tempfile.mkdtemp(prefix="diffmb-sweep-jax-cache-")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        flags = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+    return {"JAX_COMPILATION_CACHE_DIR": cache, "EQX_ON_ERROR": "nan", "XLA_FLAGS": flags}, made
+
+
+def pin_workers(client) -> bool:
+    """Pin each worker of a local cluster, all its threads, to a core of its own (worker
+    ``k`` to the ``k``-th core this process may run on, as ``taskset`` or a SLURM
+    allocation allows; a replacement for a killed worker keeps its name, so its core),
+    when there are no more workers than those cores; returns whether it did. Left to the
+    operating system, two workers on a 2-core machine ran each chunk 1.3x slower than one
+    worker alone (they migrate between the cores and their caches go cold); pinned, 1.03x."""
+    if not hasattr(os, "sched_setaffinity"):
+        return False
+    cores = sorted(os.sched_getaffinity(0))
+    if len(client.scheduler_info().get("workers", {})) > len(cores):
+        return False
+    client.register_plugin(_pin_plugin(tuple(cores)), name="diffmb-pin-to-core")
+    return True
+
+
+def _pin_process(core: int):
+    """Every thread of this process on ``core`` (threads started later inherit it)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except OSError:  # a thread that has just ended
+            pass
+
+
+def _pin_plugin(cores: tuple):
+    """A Dask worker plugin (set up on every worker, those that join later too) that pins
+    the local worker named ``k`` to ``cores[k]``. Defined here, not at import: Dask
+    distributed is an optional extra."""
+    from distributed import WorkerPlugin
+
+    class PinToCore(WorkerPlugin):
+        def setup(self, worker):
+            name = worker.name
+            if isinstance(name, int) and 0 <= name < len(cores):
+                _pin_process(cores[name])
+
+    return PinToCore()
 
 
 def connect(address: str):
@@ -187,6 +290,7 @@ def sweep(system, params_batch, *, t1, workers=None, address=None, client=None, 
 
             cluster = local_cluster(int(workers))
             client = Client(cluster)
+            pin_workers(client)
     try:
         return _sweep(client, system, params_batch, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol,
                       x0_batch=x0_batch, saveat=saveat, chunk=chunk, max_violation=max_violation,
@@ -224,13 +328,14 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
         from tqdm.auto import tqdm
 
         bar = tqdm(total=B, initial=sum(len(p["status"]) for p in pieces.values()), desc="sweep", unit="member")
-    pending, started, seen, other, runs, backed = {}, {}, set(), set(), [], set()
+    pending, running, seen, other, runs, backed = {}, RunningSince(), set(), set(), [], set()
     compile_s = 0.0
 
     def submit(n, key):
         idx, _ = chunk_members(n, chunk, B)
         f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], key=key, pure=False)
-        pending[f], started[f] = n, time.perf_counter()
+        pending[f] = n
+        running.handed_out(f, time.perf_counter(), workers)
 
     client.run(importlib.import_module, __name__)  # every worker imports JAX and diffmb before the clock starts
     tic = time.perf_counter()
@@ -242,7 +347,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
                 submit(n, f"diffmb-chunk-{run}-{n}")
             if not pending:
                 break
-            for n in stragglers(pending, started, runs, backed, workers, time.perf_counter()):
+            for n in stragglers(pending, running.since, runs, backed, workers, time.perf_counter()):
                 backed.add(n)  # a second copy, for an idle worker: the first result to come back counts
                 submit(n, f"diffmb-chunk-{run}-{n}-again")
             if stop is not None and stop():
@@ -256,14 +361,15 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
                 if f not in pending:  # the other copy of a chunk that has just been taken
                     continue
                 n = pending.pop(f)
-                started.pop(f)
+                running.came_back(f, time.perf_counter(), workers)
                 out, took, ran, worker, theirs = f.result()  # a chunk that raised raises here
                 f.release()  # the worker may drop it now
                 twins = [g for g, m in pending.items() if m == n]
                 if twins:
                     client.cancel(twins)
                     for g in twins:
-                        pending.pop(g), started.pop(g)
+                        pending.pop(g)
+                        running.came_back(g, time.perf_counter(), workers)
                 if theirs != code and theirs not in other:
                     other.add(theirs)
                     warnings.warn(f"worker {worker} runs other diffmb source files ({theirs}) than this "
