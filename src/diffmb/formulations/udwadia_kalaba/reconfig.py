@@ -16,10 +16,11 @@ another. The algorithm of section IV:
    they started (self-loops) are not reconfigurations and are not recorded;
 4. save the graph (step 5): GraphML, JSON and a figure.
 
-All candidates of a node run as **one** ``jax.vmap``-ed call of :func:`diffmb.simulate`:
-the joint layout (each joint's ``active`` number), the potential selection (each
-interaction's ``weight``), the weld references and the armed sensor pairs are numbers in
-``params``, so the whole exploration compiles once.
+Every candidate runs the same compiled :func:`diffmb.simulate` program: the joint layout
+(each joint's ``active`` number), the potential selection (each interaction's
+``weight``), the weld references and the armed sensor pairs are numbers in ``params``, so
+the whole exploration compiles once (on a CPU one candidate after another, on an
+accelerator a node's candidates as one ``vmap``, see :func:`_run_candidates`).
 
 Equilibrium (step 4.2.2) is judged on the saved trajectory: the run settled when, over the
 last ``dwell`` seconds before ``t_max``, the kinetic energy stays below ``ke_tol`` and every
@@ -176,29 +177,45 @@ def _max_candidates(problem):
     return math.prod(len(s.options) for s in problem.sites) * len(problem.choices)
 
 
-def _run_batch(problem, x0, plist, event):
-    """All candidates of a node as one vmapped run. The batch is padded (repeating the last
-    candidate) to :func:`_max_candidates`, so every node reuses one compiled program."""
-    size = max(_max_candidates(problem), len(plist))
-    plist = list(plist) + [plist[-1]] * (size - len(plist))
-    stacked = jax.tree.map(lambda *a: jnp.stack(a), *plist)
+def _run_candidates(problem, x0, plist, event) -> tuple[list, np.ndarray]:
+    """``(outcomes, save times)``: every candidate of a node simulated from ``x0``, as
+    ``{"status", "ts", "xs", "x_final", "kinetic_energy"}`` NumPy arrays per candidate.
+
+    On a CPU one run after another, the same compiled program for every candidate and
+    node (same structure, new numbers): each takes its own steps. As one ``vmap``-ed batch
+    every candidate stepped until the slowest one finished (a node's step counts ran from
+    146 to 687), and the batch was padded to the largest a node can have (108) so that one
+    program served every node, so a node of 4 candidates ran 108: the 12 nodes of
+    ``uk-imaging`` made 854,000 member-steps of work for 180,000 needed, and the
+    exploration took 334 s. On accelerators, which run a batch in parallel, it stays one
+    padded ``vmap``."""
     ts = np.linspace(0.0, problem.t_max, problem.n_save)
 
     def one(p):
         return simulate(problem.system, t1=problem.t_max, x0=jnp.asarray(x0), params=p, solver="dopri5",
                         rtol=problem.rtol, atol=problem.atol, saveat=ts, events=event, max_steps=20000)
 
-    return jax.vmap(one)(stacked), ts
+    def outcome(tr, k=None):
+        pick = (lambda a: np.asarray(a)) if k is None else (lambda a: np.asarray(a[k]))
+        return {"status": int(pick(tr.status_code)), "ts": pick(tr.ts), "xs": pick(tr.xs),
+                "x_final": pick(tr.x_final), "kinetic_energy": pick(tr.diagnostics["kinetic_energy"])}
+
+    if jax.default_backend() == "cpu":
+        return [outcome(one(p)) for p in plist], ts
+    size = max(_max_candidates(problem), len(plist))
+    padded = list(plist) + [plist[-1]] * (size - len(plist))
+    batch = jax.vmap(one)(jax.tree.map(lambda *a: jnp.stack(a), *padded))
+    return [outcome(batch, k) for k in range(len(plist))], ts
 
 
-def _assess(problem, traj, k, ts):
-    """``(ok, reason, final state)`` of candidate ``k`` of a batch."""
+def _assess(problem, run, ts):
+    """``(ok, reason, final state)`` of one candidate's outcome (:func:`_run_candidates`)."""
     sysm = problem.system
-    status = int(traj.status_code[k])
-    xs = np.asarray(traj.xs[k])
-    valid = np.isfinite(np.asarray(traj.ts[k])) & np.all(np.isfinite(xs), axis=1)
+    status = run["status"]
+    xs = run["xs"]
+    valid = np.isfinite(run["ts"]) & np.all(np.isfinite(xs), axis=1)
     xs = xs[valid]
-    xf = np.asarray(traj.x_final[k])
+    xf = run["x_final"]
     if status in (2, 3) or not np.all(np.isfinite(xf)):
         return False, "diverged", None
     names = sysm.body_names
@@ -223,7 +240,7 @@ def _assess(problem, traj, k, ts):
         return True, "sensor", _at_rest(sysm, xf)
     tsv = ts[valid]
     window = tsv >= problem.t_max - problem.dwell - 1e-12
-    ke = np.asarray(traj.diagnostics["kinetic_energy"][k])[valid][window]
+    ke = run["kinetic_energy"][valid][window]
     V = xs[window][:, 7 * sysm.n:].reshape(-1, sysm.n, 7)
     X = xs[window][:, : 7 * sysm.n].reshape(-1, sysm.n, 7)
 
@@ -257,9 +274,9 @@ def explore(problem: Problem, *, verbose=False, stop=None) -> nx.MultiDiGraph:
         cands = _candidates(problem, xu)
         armed = ~sysm.pair_meets(xu, problem.params, problem.sensor_pairs, problem.align_tol)
         plist = [_params_for(problem, xu, act, ch, armed) for _, act, ch in cands]
-        traj, ts = _run_batch(problem, xu, plist, event)
-        for k, (labels, _, choice) in enumerate(cands):
-            ok, reason, xf = _assess(problem, traj, k, ts)
+        runs, ts = _run_candidates(problem, xu, plist, event)
+        for run, (labels, _, choice) in zip(runs, cands):
+            ok, reason, xf = _assess(problem, run, ts)
             if verbose:
                 print(f"node {u}: {labels} + {choice}: {reason}")
             if not ok:
