@@ -221,6 +221,22 @@ def test_explorer_hinged_cubes_two_nodes_two_edges(tmp_path):
     assert (tmp_path / "part" / "uk-hinged-cubes.graphml").exists()
 
 
+@pytest.mark.slow  # ~10 s: the hinged cubes explored twice (the batched program compiles anew)
+def test_explorer_one_batch_and_one_run_after_another_find_the_same_graph():
+    """A node's candidates as one padded ``vmap`` (the accelerators' form) and one after
+    another (a CPU's): the same nodes, edges and rejections, the nodes' states equal to
+    the integration's tolerance (the batch rounds differently, and every candidate of it
+    takes the smallest steps any of them needs)."""
+    from diffmb.formulations.udwadia_kalaba import reconfig
+
+    problem = reconfig.get_problem(scenarios.get("uk-hinged-cubes"))
+    one, batch = (reconfig.explore(problem, batched=b) for b in (False, True))
+    assert one.graph["rejected"] == batch.graph["rejected"] and one.number_of_nodes() == 2
+    assert sorted(one.edges(data="potential")) == sorted(batch.edges(data="potential"))
+    for v in one.nodes:
+        assert np.allclose(one.nodes[v]["state"], batch.nodes[v]["state"], atol=1e-6)
+
+
 # ------------------------------------------------------------------ bad input
 def test_bad_input_names_the_culprit():
     b = uk.UKBuilder()

@@ -177,7 +177,7 @@ def _max_candidates(problem):
     return math.prod(len(s.options) for s in problem.sites) * len(problem.choices)
 
 
-def _run_candidates(problem, x0, plist, event) -> tuple[list, np.ndarray]:
+def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.ndarray]:
     """``(outcomes, save times)``: every candidate of a node simulated from ``x0``, as
     ``{"status", "ts", "xs", "x_final", "kinetic_energy"}`` NumPy arrays per candidate.
 
@@ -188,7 +188,7 @@ def _run_candidates(problem, x0, plist, event) -> tuple[list, np.ndarray]:
     program served every node, so a node of 4 candidates ran 108: the 12 nodes of
     ``uk-imaging`` made 854,000 member-steps of work for 180,000 needed, and the
     exploration took 334 s. On accelerators, which run a batch in parallel, it stays one
-    padded ``vmap``."""
+    padded ``vmap`` (``batched``: ``None`` picks by backend, ``True``/``False`` force it)."""
     ts = np.linspace(0.0, problem.t_max, problem.n_save)
 
     def one(p):
@@ -200,7 +200,7 @@ def _run_candidates(problem, x0, plist, event) -> tuple[list, np.ndarray]:
         return {"status": int(pick(tr.status_code)), "ts": pick(tr.ts), "xs": pick(tr.xs),
                 "x_final": pick(tr.x_final), "kinetic_energy": pick(tr.diagnostics["kinetic_energy"])}
 
-    if jax.default_backend() == "cpu":
+    if not (jax.default_backend() != "cpu" if batched is None else batched):
         return [outcome(one(p)) for p in plist], ts
     size = max(_max_candidates(problem), len(plist))
     padded = list(plist) + [plist[-1]] * (size - len(plist))
@@ -252,14 +252,16 @@ def _assess(problem, run, ts):
 
 
 # ============================================================================== explore
-def explore(problem: Problem, *, verbose=False, stop=None) -> nx.MultiDiGraph:
+def explore(problem: Problem, *, verbose=False, stop=None, batched=None) -> nx.MultiDiGraph:
     """Build the reconfiguration graph (module docstring). Node attributes: ``state``
     (the configuration at rest, a list), ``energy``; edge attributes: ``joints``
     (``{site: option}``), ``potential`` (choice name), ``reason`` (``sensor`` or
     ``equilibrium``); ``graph.graph["rejected"]`` counts the rejected candidates by reason.
     ``stop()``: checked after every node's batch of candidates; when it returns True the
     graph found so far is returned, ``graph.graph["unexplored"]`` the nodes whose
-    candidates were not run (0 when the exploration finished)."""
+    candidates were not run (0 when the exploration finished). ``batched``: a node's
+    candidates as one ``vmap`` (``True``), one after another (``False``), or by backend
+    (``None``: one after another on a CPU, :func:`_run_candidates`)."""
     problem.validate()
     sysm = problem.system
     event = sysm.sensor_event(problem.sensor_pairs, align_tol=problem.align_tol)
@@ -274,7 +276,7 @@ def explore(problem: Problem, *, verbose=False, stop=None) -> nx.MultiDiGraph:
         cands = _candidates(problem, xu)
         armed = ~sysm.pair_meets(xu, problem.params, problem.sensor_pairs, problem.align_tol)
         plist = [_params_for(problem, xu, act, ch, armed) for _, act, ch in cands]
-        runs, ts = _run_candidates(problem, xu, plist, event)
+        runs, ts = _run_candidates(problem, xu, plist, event, batched)
         for run, (labels, _, choice) in zip(runs, cands):
             ok, reason, xf = _assess(problem, run, ts)
             if verbose:
