@@ -202,6 +202,24 @@ SHARD_SCRIPT = textwrap.dedent("""
 """)
 
 
+def test_chunks_on_threads_equal_chunks_one_after_another_and_stop_keeps_the_running_ones():
+    """Two threads running chunks at once (the default on a 2-core CPU) give the numbers of
+    one chunk after another, bit for bit; a stop after the first chunk (run alone: it
+    compiles) stops handing out chunks, and keeps those already running."""
+    sc = get("pendulum")
+    members = member_values({"l": (0.5, 2.0), "damping": (0.0, 0.5)}, {}, 11, sample="random")
+    system, params = scenario_batch(sc, members)
+    run = dict(t1=0.3, dt=0.01, members=members, chunk=2)  # 6 chunks, the last padded
+    one, two = (sweep(system, params, threads=t, **run) for t in (1, 2))
+    assert one.batch == two.batch == 11 and one.table.keys() == two.table.keys()
+    for k in one.table:
+        assert np.array_equal(one.table[k], two.table[k], equal_nan=True), k
+    calls = []
+    part = sweep(system, params, threads=2, stop=lambda: calls.append(1) or len(calls) >= 2, **run)
+    assert part.interrupted and part.requested == 11 and list(part.member_index()) == list(range(6))
+    assert np.array_equal(part.table["t_final"], one.table["t_final"][:6])
+
+
 def test_sharded_sweep_equals_unsharded():
     """A batch sharded over 4 host devices gives the unsharded results."""
     flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"

@@ -124,24 +124,29 @@ def _interrupt_after(monkeypatch, calls):
 
 
 def test_resume_runs_only_the_missing_chunks_on_the_cluster(case, client, tmp_path, monkeypatch, capsys):
-    """Ctrl-C after two chunks in this process (exit 130, two parts on disk), then
-    ``--resume --address`` finishes the other four on the workers: the table equals the
-    one-process sweep, and the two parts written first are left as they were."""
+    """Ctrl-C in this process while its two threads run chunks 1 and 2 (exit 130, chunks
+    0-2 on disk: the running ones are kept), then ``--resume --address`` finishes the
+    other three on the workers: the table equals the one-process sweep, and the parts
+    written first are left as they were."""
+    from diffmb.design import batch
+
     *_, ref = case
     table = tmp_path / "t"
-    # checks: once while starting, then before every chunk after the first
+    monkeypatch.setattr(batch, "chunk_threads", lambda devices: 2)  # as on any 2-core machine
+    # checks: once while starting, then before every chunk handed to a thread; the third
+    # comes after chunk 0 (run alone: it compiles) and one of chunks 1 and 2 came back
     _interrupt_after(monkeypatch, 3)
     assert cli.main(ARGS + ["--table", str(table), "--quiet"]) == 130
-    assert sweep_store.finished(table) == [0, 1]
-    first = {n: sweep_store.part_path(table, n).stat().st_mtime_ns for n in (0, 1)}
+    assert sweep_store.finished(table) == [0, 1, 2]
+    first = {n: sweep_store.part_path(table, n).stat().st_mtime_ns for n in (0, 1, 2)}
     monkeypatch.undo()
     address = client.scheduler.address
     assert cli.main(ARGS + ["--table", str(table), "--resume", "--address", address, "--plot",
                             str(tmp_path / "p.png")]) == 0
     out, err = capsys.readouterr()
-    assert "2 of 6 chunks finished, running the other 4" in err
-    assert re.search(r"11 members x 0.3 s in .* on [12] worker\(s\)", out) and "6 more read back from" in out
-    assert {n: sweep_store.part_path(table, n).stat().st_mtime_ns for n in (0, 1)} == first
+    assert "3 of 6 chunks finished, running the other 3" in err
+    assert re.search(r"8 members x 0.3 s in .* on [12] worker\(s\)", out) and "9 more read back from" in out
+    assert {n: sweep_store.part_path(table, n).stat().st_mtime_ns for n in (0, 1, 2)} == first
     cols = sweep_store.read_table(table)
     assert list(cols["member"]) == list(range(BATCH)) and (tmp_path / "p.png").stat().st_size > 0
     for k in ref.table:
