@@ -497,7 +497,7 @@ def sweep(system: System, params_batch: PyTree, *, t1: float, dt: float | None =
 
 def chunk_threads(devices) -> int:
     """Chunks run at once in one process: on a single CPU device, one per core this process
-    may use (two chunks on two cores: 2.07x the member-seconds per second of one after
+    may use (two chunks on two cores: 1.4-2.1x the member-seconds per second of one after
     another, fold-4panel, the same numbers bit for bit); else 1 (accelerators, and a
     chunk sharded over several devices, are busy with one)."""
     if len(devices) != 1 or devices[0].platform != "cpu":
