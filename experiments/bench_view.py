@@ -5,8 +5,11 @@ prescribed unfolding (``tests/viewer_runs.py``: the page's size and speed depend
 frames x bodies, not on how the states were computed), its page at the default
 decimation (25 frames per simulated second), then in headless Chromium (software WebGL,
 ``tests/browser.py``): the JavaScript time of one frame update (interpolating the poses,
-transforming every vertex, colouring), and the frames per second while playing at 1x in
-a 1200x800 and a 500x420 window. Writes ``out/bench_view.json`` and prints it.
+transforming every vertex, colouring), and the frames per second while playing (at 1x,
+or slower where the run is shorter than the measurement) in a 1200x800 and a 500x420
+window, drawn at full resolution and with the page's adaptive resolution (fewer pixels
+while moving until frames come at 30 per second; the resolution it settled at is
+reported). Writes ``out/bench_view.json`` and prints it.
 
     python experiments/bench_view.py                  # 20x20 over 10 s, and the 4-panel fold
     python experiments/bench_view.py --size 10 --t1 30
@@ -38,14 +41,20 @@ for (let i = 0; i < n; i++) v.setTime(v.t0 + (v.t1 - v.t0) * i / n);
 return (performance.now() - t0) / n;"""
 
 
-def playing_fps(drv, seconds: float) -> float:
-    drv.execute_script("window.diffmbViewer.setTime(0); window.diffmbViewer.setSpeed(1); window.diffmbViewer.play()")
-    time.sleep(1.0)
+def playing_fps(drv, seconds: float, adaptive: bool = True) -> tuple[float, float]:
+    """Frames drawn per second while playing, and the resolution drawn at by the end
+    (the fraction of the full pixel ratio; 1 without adaptive resolution)."""
+    drv.execute_script(f"window.diffmbViewer.setAdaptive({'true' if adaptive else 'false'})")
+    # at 1x, or slower where the run would end before the measurement does (then the page
+    # stops drawing, and the count would mean nothing)
+    drv.execute_script("const v = window.diffmbViewer; v.setTime(v.t0); "
+                       f"v.setSpeed(Math.min(1, (v.t1 - v.t0) / {seconds + 3.0})); v.play()")
+    time.sleep(2.0)  # the resolution settles in the first second or two
     r0 = drv.execute_script("return [window.diffmbViewer.renders, performance.now()]")
     time.sleep(seconds)
-    r1 = drv.execute_script("return [window.diffmbViewer.renders, performance.now()]")
-    drv.execute_script("window.diffmbViewer.pause()")
-    return (r1[0] - r0[0]) / (r1[1] - r0[1]) * 1000
+    r1 = drv.execute_script("return [window.diffmbViewer.renders, performance.now(), window.diffmbViewer.resolution()]")
+    drv.execute_script("window.diffmbViewer.pause(); window.diffmbViewer.setAdaptive(true)")
+    return round((r1[0] - r0[0]) / (r1[1] - r0[1]) * 1000, 1), round(r1[2], 2)
 
 
 def measure(drv, page: Path) -> dict:
@@ -54,10 +63,12 @@ def measure(drv, page: Path) -> dict:
     out = {"page": str(page), "size_MB": round(page.stat().st_size / 1e6, 2),
            "load_s": round(time.perf_counter() - start, 2),
            "update_ms": round(drv.execute_script(MEASURE), 3)}
-    out["fps_1200x800"] = round(playing_fps(drv, 4.0), 1)
+    out["fps_1200x800_full_resolution"], _ = playing_fps(drv, 4.0, adaptive=False)
+    out["fps_1200x800"], out["resolution_1200x800"] = playing_fps(drv, 4.0)
     drv.set_window_size(500, 420)
     time.sleep(0.5)
-    out["fps_500x420"] = round(playing_fps(drv, 3.0), 1)
+    out["fps_500x420_full_resolution"], _ = playing_fps(drv, 3.0, adaptive=False)
+    out["fps_500x420"], out["resolution_500x420"] = playing_fps(drv, 3.0)
     drv.set_window_size(1200, 800)
     out["console_errors"] = len(console_errors(drv))
     return out

@@ -135,3 +135,29 @@ def test_controls(pages, drv):
     assert drv.execute_script("return document.getElementById('follow').checked")
     drv.save_screenshot(str(SHOTS / "fold-4panel_orbit_energy.png"))
     assert console_errors(drv) == []
+
+
+def test_a_page_too_slow_to_draw_draws_fewer_pixels_while_playing_and_a_sharp_frame_at_rest(pages, drv):
+    """Adaptive resolution (the stacked 20x20 fold is fill-bound in software WebGL): a frame
+    budget no machine meets (0.5 ms) drives the drawing buffer down to its floor, a quarter
+    of the pixel ratio, while playing, and the page says so; paused, it draws at full
+    resolution again and the note goes."""
+    path, sc = pages["fold-4panel"]
+    open_page(drv, path)
+    full = drv.execute_script("const c = document.querySelector('#view canvas'); return [c.width, c.clientWidth * (window.devicePixelRatio || 1)]")
+    assert full[0] == pytest.approx(full[1], abs=1)
+    drv.execute_script("const v = window.diffmbViewer; v.setFrameBudget(0.5); v.setSpeed(0.05); v.setTime(v.t0); v.play()")
+    _until(lambda: drv.execute_script("return window.diffmbViewer.resolution()") == 0.25,
+           "playing at an impossible frame budget did not lower the resolution to its floor")
+    width = drv.execute_script("return document.querySelector('#view canvas').width")
+    assert width == pytest.approx(0.25 * full[1], abs=1)
+    assert _text(drv, "resolution") == "drawn at 25 % resolution while moving"
+    drv.execute_script("window.diffmbViewer.pause()")
+    _until(lambda: drv.execute_script("return document.querySelector('#view canvas').width") == round(full[1]),
+           "paused, the page did not draw at full resolution again")
+    assert _text(drv, "resolution") == ""
+    assert drv.execute_script("return window.diffmbViewer.resolution()") == 1
+    px = canvas_pixels(drv)
+    assert px.shape[1] == round(full[1])
+    assert np.mean(np.any(px[..., :3] != px[0, 0, :3], axis=-1)) > 0.01, "the sharp frame is blank"
+    assert console_errors(drv) == []

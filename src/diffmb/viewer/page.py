@@ -20,6 +20,7 @@ THREE_VERSION = "0.159.0"
 _BODY = """<div id="view"></div>
 <div id="title"></div>
 <div id="axes-key"></div>
+<div id="resolution"></div>
 <div id="scale"><div id="scale-line"></div><span id="scale-label"></span></div>
 <div id="panel">
   <label>colour by <select id="quantity"></select></label>

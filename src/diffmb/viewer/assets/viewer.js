@@ -161,7 +161,8 @@
   // ------------------------------------------------------------------ three.js scene
   const container = $("view");
   const renderer = new THREE.WebGLRenderer({ antialias: true, preserveDrawingBuffer: true });
-  renderer.setPixelRatio(window.devicePixelRatio || 1);
+  const FULL_RATIO = window.devicePixelRatio || 1;
+  renderer.setPixelRatio(FULL_RATIO);
   renderer.setClearColor(0xeef0f3, 1);
   container.appendChild(renderer.domElement);
   const scene = new THREE.Scene();
@@ -427,9 +428,45 @@
     $("scale-label").textContent = `${fmt(L)} m`;
   }
 
+  // ------------------------------------------------------------------ resolution while moving
+  // Drawing is fill-bound when many panels lie stacked (a 20x20 fold folded flat covers each
+  // pixel hundreds of times), so while the picture moves (playing, orbiting) the page draws
+  // fewer pixels until frames come at the target rate; at rest it draws one sharp frame.
+  const motion = { budget: 1000 / 30, scale: 1, min: 0.25, interval: null, lastAt: null, since: 0, adaptive: true };
+  function applyRatio(scale) {
+    const r = FULL_RATIO * scale;
+    if (renderer.getPixelRatio() === r) return;
+    renderer.setPixelRatio(r);
+    resize();
+  }
+  function pace(now, moving) {
+    if (!moving || !motion.adaptive) {
+      motion.lastAt = null; motion.interval = null;
+      applyRatio(1);
+      $("resolution").textContent = "";
+      return;
+    }
+    applyRatio(motion.scale);
+    if (motion.lastAt !== null) {
+      const dt = now - motion.lastAt;
+      motion.interval = motion.interval === null ? dt : 0.7 * motion.interval + 0.3 * dt;
+      motion.since++;
+      // the pixel count, hence the fill cost, goes with scale^2; adjust after the average settles
+      if (motion.since >= 6 && (motion.interval > 1.35 * motion.budget || (motion.interval < 0.6 * motion.budget && motion.scale < 1))) {
+        const s = motion.scale * Math.sqrt(motion.budget / motion.interval);
+        motion.scale = Math.min(1, Math.max(motion.min, Math.round(s * 20) / 20));
+        motion.since = 0; motion.interval = null;
+      }
+    }
+    motion.lastAt = now;
+    const pct = Math.round(100 * renderer.getPixelRatio() / FULL_RATIO);
+    $("resolution").textContent = pct < 100 ? `drawn at ${pct} % resolution while moving` : "";
+  }
+
   // ------------------------------------------------------------------ controls and loop
   let playing = false, speed = 1, last = null, frames = 0, fpsFrom = performance.now();
-  const api = { ready: false, frames: F, t0: T0, t1: T1, renders: 0, fps: 0, time: () => current };
+  const api = { ready: false, frames: F, t0: T0, t1: T1, renders: 0, fps: 0, time: () => current,
+    resolution: () => renderer.getPixelRatio() / FULL_RATIO };
   function setTime(t) { current = Math.min(T1, Math.max(T0, t)); update(); dirty = true; }
   function setPlaying(p) { playing = p; last = null; $("play").textContent = p ? "Pause" : "Play"; }
   $("play").addEventListener("click", () => { if (!playing && current >= T1) setTime(T0); setPlaying(!playing); });
@@ -468,7 +505,12 @@
       last = now;
       dirty = true;
     }
-    if (dirty) {
+    const moving = playing || drag !== null;
+    const sharpen = !moving && renderer.getPixelRatio() !== FULL_RATIO;
+    // frame intervals count only between frames drawn back to back (a drag may pause)
+    if (!dirty && !sharpen) motion.lastAt = null;
+    else {
+      pace(now, moving);
       placeCamera();
       renderer.render(scene, camera);
       scaleBar();
@@ -483,7 +525,8 @@
 
   Object.assign(api, { setTime, setQuantity: (i) => { setQuantity(i); update(); }, play: () => setPlaying(true),
     pause: () => setPlaying(false), setSpeed: (s) => { speed = s; $("speed").value = String(s); },
-    setFollow: (f) => { follow = f; $("follow").checked = f; update(); dirty = true; } });
+    setFollow: (f) => { follow = f; $("follow").checked = f; update(); dirty = true; },
+    setFrameBudget: (ms) => { motion.budget = ms; }, setAdaptive: (on) => { motion.adaptive = on; motion.scale = 1; } });
   window.diffmbViewer = api;
 
   $("title").textContent = DATA.title;
