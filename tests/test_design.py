@@ -184,6 +184,32 @@ def test_sweep_nonaffine_parameter_rebuilds_each_member():
         assert res.table["energy_drift"][i] == pytest.approx(e, rel=1e-9)
 
 
+def test_a_second_sweep_of_the_same_structure_compiles_nothing():
+    """Same structure, new numbers: a second sweep (other member values, same chunk shape)
+    runs the first one's program, with no tracing or compilation at all, and its members
+    still equal their single runs."""
+    from jax import monitoring
+
+    sc = get("pendulum")
+    run = dict(t1=0.3, dt=0.01, chunk=4)
+    first = member_values({"l": (0.5, 2.0)}, {}, 4)
+    system, params = scenario_batch(sc, first)
+    assert sweep(system, params, members=first, **run).compile_s > 0
+    events = []
+    listener = lambda name, secs, **kw: events.append(name)
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        other = member_values({"l": (0.7, 1.1)}, {"damping": 0.2}, 4)
+        res = sweep(*scenario_batch(sc, other), members=other, **run)
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+    assert res.compile_s == 0.0
+    assert not [e for e in events if e.startswith("/jax/core/compile")], events
+    s1, p1, _ = sc.make(other[3])
+    e = simulate(s1, t1=0.3, dt=0.01, params=p1, saveat=1001).summary()["energy"]["max_rel_change"]
+    assert res.table["energy_drift"][3] == pytest.approx(e, rel=1e-9)
+
+
 SHARD_SCRIPT = textwrap.dedent("""
     import json, numpy as np, jax
     from diffmb.design.batch import member_values, scenario_batch, sweep

@@ -46,7 +46,9 @@ from __future__ import annotations
 import csv
 import math
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -201,19 +203,57 @@ def _on_cpu(tree) -> bool:
     return all(d.platform == "cpu" for d in devices)
 
 
+#: compiled chunk programs of this process, by structure and chunk shape (most recent last)
+_PROGRAMS: OrderedDict = OrderedDict()
+_KEEP = 16
+_PROGRAMS_LOCK = threading.Lock()
+
+
+def _program_key(static, dyn, x0, on_cpu):
+    """What a chunk program depends on: the sweep's structure (everything but its arrays:
+    the system, the run settings), the arrays' shapes, dtypes and placement, and the form
+    the products are traced in. ``None`` where the structure cannot be hashed."""
+    def aval(a):
+        return (tuple(a.shape), str(a.dtype), getattr(a, "sharding", None))
+
+    leaves, structure = jax.tree.flatten(static)
+    key = (structure, tuple(leaves), jax.tree.structure(dyn), tuple(aval(a) for a in jax.tree.leaves(dyn)),
+           aval(x0), on_cpu)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _compiled(member, params, x0):
     """Ahead-of-time compiled ``vmap(member)`` for one chunk shape, and its compile time
-    (so the first chunk is run once, not once to compile and once to time)."""
+    (so the first chunk is run once, not once to compile and once to time). A later sweep
+    of the same structure and chunk shape in this process reuses the program (compile
+    time 0): new numbers, no recompilation."""
     dyn, static = eqx.partition((member, params), eqx.is_array)
+    on_cpu = _on_cpu(dyn)
+    key = _program_key(static, dyn, x0, on_cpu)
+    with _PROGRAMS_LOCK:
+        compiled = None if key is None else _PROGRAMS.get(key)
+        if compiled is not None:
+            _PROGRAMS.move_to_end(key)
+    compile_s = 0.0
+    if compiled is None:
+        def run(dyn, x0):
+            m, p = eqx.combine(dyn, static)
+            return jax.vmap(m)(p, x0)
 
-    def run(dyn, x0):
-        m, p = eqx.combine(dyn, static)
-        return jax.vmap(m)(p, x0)
-
-    tic = time.perf_counter()
-    with sp.written_out(_on_cpu(dyn)):
-        compiled = jax.jit(run).lower(dyn, x0).compile()
-    return (lambda m, p, x: compiled(eqx.partition((m, p), eqx.is_array)[0], x)), time.perf_counter() - tic
+        tic = time.perf_counter()
+        with sp.written_out(on_cpu):
+            compiled = jax.jit(run).lower(dyn, x0).compile()
+        compile_s = time.perf_counter() - tic
+        if key is not None:
+            with _PROGRAMS_LOCK:
+                _PROGRAMS[key] = compiled
+                while len(_PROGRAMS) > _KEEP:
+                    _PROGRAMS.popitem(last=False)
+    return (lambda m, p, x: compiled(eqx.partition((m, p), eqx.is_array)[0], x)), compile_s
 
 
 @dataclass
