@@ -140,7 +140,9 @@ def test_energy_conserved_with_tape_springs_and_stops():
 
 def test_cli_animate_writes_gif(tmp_path, capsys):
     out = tmp_path / "runs"
-    rc = cli.main(["run", "fold-4panel", "--t1", "0.015", "--dt", "1e-3", "--out", str(out),
+    # RK4: 15 steps saved at their ends, so 16 frames (under the default Dopri5 the run keeps
+    # 1,001 interpolated save points and the GIF gets its full 150 frames: 9 s of drawing)
+    rc = cli.main(["run", "fold-4panel", "--t1", "0.015", "--dt", "1e-3", "--solver", "rk4", "--out", str(out),
                    "--no-plot", "--quiet", "--animate", "--set", "stop=3.5"])
     assert rc == 0
     gif = out / "fold-4panel.gif"
