@@ -164,3 +164,22 @@ def test_a_10x10_map_fold_builds_in_float32():
                          env={**os.environ, "DIFFMB_FLOAT32": "1"})
     dtype, violation = out.stdout.split()
     assert dtype == "float32" and float(violation) < 1e-5
+
+
+def test_float32_multiplies_matrices_at_full_float32_precision():
+    """A GPU's default float32 matrix product is TensorFloat-32 (10-bit mantissa), which the
+    penalised closure solve cannot bear (every fold-4panel member diverged at once on an
+    H200); diffmb asks for full precision unless the user chose one."""
+    import diffmb._config as config
+
+    # the configuration module alone (it imports jax, not the rest of diffmb)
+    code = ("import importlib.util, sys, jax\n"
+            "spec = importlib.util.spec_from_file_location('cfg', sys.argv[1])\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(jax.config.jax_default_matmul_precision)")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_DEFAULT_MATMUL_PRECISION"}
+    run = lambda **e: subprocess.run([sys.executable, "-c", code, config.__file__], capture_output=True, text=True,
+                                     check=True, timeout=120, env={**env, **e}).stdout.strip()
+    assert run(DIFFMB_FLOAT32="1") == "highest"
+    assert run(DIFFMB_FLOAT32="1", JAX_DEFAULT_MATMUL_PRECISION="tensorfloat32") == "tensorfloat32"
+    assert run(DIFFMB_FLOAT32="0") in ("None", "")

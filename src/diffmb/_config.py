@@ -1,7 +1,12 @@
 """Process-wide numeric configuration, applied on ``import diffmb``.
 
 * float64 is on by default (``jax_enable_x64``). Set ``DIFFMB_FLOAT32=1`` before importing
-  diffmb to keep JAX's float32 default for large batch runs.
+  diffmb to keep JAX's float32 default for large batch runs. Matrix products then run at
+  full float32 precision (``jax_default_matmul_precision = "highest"``) unless the user set
+  ``JAX_DEFAULT_MATMUL_PRECISION``: by default a GPU multiplies float32 matrices in
+  TensorFloat-32 (a 10-bit mantissa), in which the penalised closure solve
+  ``M + rho G^T G`` (:mod:`diffmb.constraint_solve`) loses every digit; on an H200 every
+  fold-4panel member at RK4 1 ms under Baumgarte diverged at once. CPUs have no such mode.
 * jaxlib 0.10's XLA CPU fusion emitters make deep unrolled recursions compile to code whose
   run time grows exponentially with chain depth (seen with MJX); we switch them off unless
   the user already set ``XLA_FLAGS`` themselves. This only takes effect if it happens before
@@ -35,3 +40,5 @@ import jax  # noqa: E402
 
 FLOAT32 = os.environ.get("DIFFMB_FLOAT32", "") not in ("", "0", "false", "False")
 jax.config.update("jax_enable_x64", not FLOAT32)
+if FLOAT32 and "JAX_DEFAULT_MATMUL_PRECISION" not in os.environ:
+    jax.config.update("jax_default_matmul_precision", "highest")
