@@ -4,7 +4,8 @@ In float32 the closure solve takes a smaller penalty and more multiplier iterati
 (:mod:`diffmb.constraint_solve`) and adaptive tolerances are raised to 100 eps; the
 origami scenarios then run to their horizon with their default settings: closures held
 to 1e-4 m, energy to 1e-3 relative where conserved, angular momentum to 1e-5 of the
-bodies' momenta, and the result agrees with float64.
+bodies' momenta (fold-4panel: 2e-5, :data:`FOLD_4PANEL_MOMENTUM`), and the result agrees
+with float64.
 """
 
 import json
@@ -16,6 +17,15 @@ import numpy as np
 import pytest
 
 from diffmb.trajectory import Trajectory
+
+
+#: fold-4panel's float32 momentum bound, of its natural scale. The change is float32
+#: round-off accumulated over the run, and it depends on how the CPU's code rounds:
+#: 1.32e-5 on an AMD EPYC (AVX2), under 1.0e-5 on the machine CI ran on before, 1.8e-5
+#: with XLA at optimisation level 0; on the EPYC the other solvers give 0.84e-5 (Tsit5)
+#: to 1.9e-5 (RK4 at 10 ms), and tighter tolerances do not shrink it (rtol 10 eps:
+#: 1.5e-5). The 1e-5 aimed for sits on that floor, so the test takes 2e-5.
+FOLD_4PANEL_MOMENTUM = 2e-5
 
 
 def _run(tmp_path, name, args, float32: bool):
@@ -52,12 +62,12 @@ def test_fold_4panel_runs_in_float32_with_its_defaults(tmp_path):
     assert r["violation"]["position_max"] < 1e-4
     assert r["energy"]["max_rel_change"] < 1e-3
     scale = float(np.max(tr.diagnostics["momentum_scale"]))
-    assert r["angular_momentum"]["max_abs_change"] < 1e-5 * scale
+    assert r["angular_momentum"]["max_abs_change"] < FOLD_4PANEL_MOMENTUM * scale
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, args, momentum", [
-    ("fold-4panel", (), 1e-5),
+    ("fold-4panel", (), FOLD_4PANEL_MOMENTUM),
     ("fold-2x4", (), 1e-5),
     # 3e-5 of its (small: 0.25 N m s, a 100 kg hub barely turning) scale measured: the
     # float32 Dopri5 error over 68 steps; the 1e-5 aimed for is missed here
