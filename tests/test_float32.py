@@ -18,7 +18,6 @@ import pytest
 
 from diffmb.trajectory import Trajectory
 
-
 #: fold-4panel's float32 momentum bound, of its natural scale. The change is float32
 #: round-off accumulated over the run, and it depends on how the CPU's code rounds:
 #: 1.32e-5 on an AMD EPYC (AVX2), under 1.0e-5 on the machine CI ran on before, 1.8e-5
