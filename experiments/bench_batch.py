@@ -95,7 +95,7 @@ def worker_diffmb(case, batch, horizon, dt, repeats):
     members = _members(kind, n, batch)
     system, params = scenario_batch(_scenario(kind), members, "baumgarte")
     walls, compile_s, res = [], None, None
-    for i in range(max(1, repeats)):
+    for _ in range(max(1, repeats)):
         res = sweep(system, params, t1=horizon, dt=dt, solver="rk4", saveat=11, members=members,
                     max_violation=None)
         compile_s = res.compile_s if compile_s is None else compile_s
