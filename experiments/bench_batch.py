@@ -56,7 +56,9 @@ ENGINES = ("diffmb-f64", "diffmb-f32", "mjx")
 
 def _case(name):
     """``map6`` -> ("map", 6); ``fold4`` -> ("fold", 4) (fold-4panel: no size to set)."""
-    kind = next(k for k in RANGES if name.startswith(k))
+    kind = next((k for k in RANGES if name.startswith(k)), None)
+    if kind is None or not name[len(kind):].isdigit():
+        raise ValueError(f"case {name!r}: expected map<n>, miura<n> or fold4")
     return kind, int(name[len(kind):])
 
 
@@ -225,7 +227,7 @@ def print_table(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", nargs="+", default=list(CPU_BATCH),
-                    help="map<n> or miura<n>, e.g. map2 map4 map6 map10 miura5")
+                    help="map<n>, miura<n> or fold4, e.g. map2 map4 map6 map10 miura5")
     ap.add_argument("--batches", type=int, nargs="*", default=None,
                     help="batch sizes for every case (default: CPU_BATCH per case)")
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
@@ -239,6 +241,11 @@ def main(argv=None):
     if args.worker:
         _work(json.loads(args.worker))
         return
+    for case in args.cases:
+        try:
+            _case(case)
+        except ValueError as e:
+            ap.error(str(e))
     jobs = [(case, batch) for case in args.cases for batch in (args.batches or [CPU_BATCH.get(case, 8)])]
     meta = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "horizon": args.horizon, "dt": args.dt, "repeats": args.repeats}

@@ -181,14 +181,17 @@ def test_float32_multiplies_matrices_at_full_float32_precision():
     H200); diffmb asks for full precision unless the user chose one."""
     import diffmb._config as config
 
-    # the configuration module alone (it imports jax, not the rest of diffmb)
-    code = ("import importlib.util, sys, jax\n"
-            "spec = importlib.util.spec_from_file_location('cfg', sys.argv[1])\n"
-            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-            "print(jax.config.jax_default_matmul_precision)")
+    # the configuration module alone (it imports jax, not the rest of diffmb), applied
+    # once per value of DIFFMB_FLOAT32 given on the command line
+    code = ("import importlib.util, os, sys, jax\n"
+            "for flag in sys.argv[2:]:\n"
+            "    os.environ['DIFFMB_FLOAT32'] = flag\n"
+            "    spec = importlib.util.spec_from_file_location('cfg', sys.argv[1])\n"
+            "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "    print(jax.config.jax_default_matmul_precision)")
     env = {k: v for k, v in os.environ.items() if k != "JAX_DEFAULT_MATMUL_PRECISION"}
-    run = lambda **e: subprocess.run([sys.executable, "-c", code, config.__file__], capture_output=True, text=True,
-                                     check=True, timeout=120, env={**env, **e}).stdout.strip()
-    assert run(DIFFMB_FLOAT32="1") == "highest"
-    assert run(DIFFMB_FLOAT32="1", JAX_DEFAULT_MATMUL_PRECISION="tensorfloat32") == "tensorfloat32"
-    assert run(DIFFMB_FLOAT32="0") in ("None", "")
+    run = lambda flags, **e: subprocess.run([sys.executable, "-c", code, config.__file__, *flags],
+                                            capture_output=True, text=True, check=True, timeout=120,
+                                            env={**env, **e}).stdout.split()
+    assert run(["0", "1"]) == ["None", "highest"]
+    assert run(["1"], JAX_DEFAULT_MATMUL_PRECISION="tensorfloat32") == ["tensorfloat32"]
