@@ -121,6 +121,8 @@ def project_state(model, q, qd, nodes, iterations: int = 3):
 
     if iterations < 1:
         _, M, F = linearise(q)
+    elif iterations == 1:  # no loop: a smaller program
+        q, M, F = gn(0, (q, None, None))
     else:
         shapes = jax.eval_shape(lambda q: linearise(q)[1:], q)
         init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
