@@ -50,6 +50,9 @@ def _consistency(model, q, qd, tau):
     return dict(qdd=qdd, M=M, C=C, tau_id=tau_id, T=T, M_T=M_T)
 
 
+# The helpers below are jitted (one program per model structure): evaluated operation by
+# operation, the power balance alone compiled ~400 single-operation programs (19 s).
+@eqx.filter_jit
 def _power(model, q, qd, tau):
     """dE/dt along the motion driven by ``tau + joint_forces`` (springs, dampers)."""
     qdd = diffmb.forward_dynamics(model, q, qd, tau + diffmb.joint_forces(model, q, qd))
@@ -58,6 +61,7 @@ def _power(model, q, qd, tau):
     return dE, jnp.dot(qd, tau), jnp.dot(qd, model.damping * qd)
 
 
+@eqx.filter_jit
 def _momentum_rate(model, q, qd, tau):
     qdd = diffmb.forward_dynamics(model, q, qd, tau + diffmb.joint_forces(model, q, qd))
     qdot = diffmb.coordinate_rates(model, q, qd)
@@ -66,6 +70,7 @@ def _momentum_rate(model, q, qd, tau):
     return P, H, dP, dH, vcom
 
 
+@eqx.filter_jit
 def _lagrange_residual(model, q, qd, tau):
     """Lagrange's equations in the coordinates q, from T and V alone.
 
@@ -96,6 +101,7 @@ def _lagrange_residual(model, q, qd, tau):
     return lhs - rhs, qdd
 
 
+@eqx.filter_jit
 def _pose_rates(model, q, qd):
     """Pose derivatives along qdot = coordinate_rates, and the reported body velocities."""
     qdot = diffmb.coordinate_rates(model, q, qd)
@@ -104,6 +110,7 @@ def _pose_rates(model, q, qd):
     return dcm, pos, ddcm, dpos, vel
 
 
+@eqx.filter_jit
 def _body_jacobians(model, q):
     """J (N, 6, nv): body spatial velocity (body coords) = J qd."""
     return jax.jacfwd(lambda v: diffmb.forward_kinematics(model, q, v)[2])(jnp.zeros(model.nv))
