@@ -67,23 +67,40 @@ def _case(case, seed):
     return _STATES[case, seed]
 
 
+# What the tests evaluate, jitted: one program per structure (evaluated operation by
+# operation, this file compiled ~1,000 single-operation programs, ~45 s of one core).
+@jax.jit
+def _analytic(model, q, qd, nodes):
+    """``(phi, G, gamma, w)`` from diffmb's closure layer, all rows."""
+    ws = kinematics(model, q, qd)
+    return (cl.position_residual(model, q, nodes).reshape(-1), cl.jacobian(model, q, nodes),
+            cl.velocity_product(ws, nodes).reshape(-1), cl.velocity(ws, nodes).reshape(-1))
+
+
+@jax.jit
+def _free_dynamics(model, q, qd, tau, nodes):
+    """``(b, a_f)``: the acceleration target and the unconstrained accelerations' right-hand
+    side ``tau - C``."""
+    ws = kinematics(model, q, qd)
+    return cs.acceleration_target(ws, nodes).reshape(-1), tau - rnea.bias_forces(model, ws)
+
+
+_constrained_acceleration = jax.jit(cs.constrained_acceleration)
+
+
 @pytest.mark.parametrize("case", ALL)
 def test_analytic_jacobian_and_velocity_product_match_autodiff(case):
     system, p, q, qd = _case(case, 0)
     model, nodes = p["model"], p["closures"]
     rows = np.asarray(nodes.rows)
-    phi = np.asarray(cl.position_residual(model, q, nodes)).reshape(-1)[rows]
-    assert np.abs(phi).max() < 1e-10
-    G = np.asarray(cl.jacobian(model, q, nodes))
+    phi, G, g, w = (np.asarray(a) for a in _analytic(model, q, qd, nodes))
+    assert np.abs(phi[rows]).max() < 1e-10
     G_ref = np.asarray(jax.jit(ref.jacobian, static_argnums=())(model, q, nodes))
     scale = np.abs(G_ref).max()
     np.testing.assert_allclose(G, G_ref, rtol=0, atol=1e-12 * scale)
-    ws = kinematics(model, q, qd)
-    g = np.asarray(cl.velocity_product(ws, nodes)).reshape(-1)[rows]
     g_ref = np.asarray(jax.jit(ref.velocity_product)(model, q, qd, nodes))
-    np.testing.assert_allclose(g, g_ref, rtol=0, atol=1e-11 * max(1.0, np.abs(g_ref).max()))
-    w = np.asarray(cl.velocity(ws, nodes)).reshape(-1)[rows]
-    np.testing.assert_allclose(w, G @ np.asarray(qd), atol=1e-12 * scale)
+    np.testing.assert_allclose(g[rows], g_ref, rtol=0, atol=1e-11 * max(1.0, np.abs(g_ref).max()))
+    np.testing.assert_allclose(w[rows], G @ np.asarray(qd), atol=1e-12 * scale)
 
 
 @pytest.mark.parametrize("case", ALL)
@@ -93,7 +110,7 @@ def test_joint_space_solve_matches_dense_dual(case):
     rows = np.asarray(nodes.rows)
     tau = 0.3 * jnp.asarray(np.random.default_rng(2).standard_normal(model.nv))
     gains = (5.0, 3.0)
-    qdd, lam = cs.constrained_acceleration(model, q, qd, tau, nodes, gains)
+    qdd, lam = _constrained_acceleration(model, q, qd, tau, nodes, gains)
     qdd_r, lam_r = jax.jit(ref.constrained_acceleration)(model, q, qd, tau, nodes, gains)
     scale = np.abs(np.asarray(qdd_r)).max()
     np.testing.assert_allclose(qdd, qdd_r, rtol=0, atol=1e-10 * scale)
@@ -107,10 +124,10 @@ def test_joint_space_solve_matches_dense_dual(case):
     # the multipliers themselves: redundant rows get the minimum-norm ones, up to the
     # multiplier iterations' accumulation of the right-hand side's inconsistent part
     # (round-off here, as the state is on the manifold and no Baumgarte term is added)
-    qdd, lam = cs.constrained_acceleration(model, q, qd, tau, nodes)
-    ws = kinematics(model, q, qd)
-    b = np.asarray(cs.acceleration_target(ws, nodes)).reshape(-1)[rows]
-    a_f = np.linalg.solve(M, np.asarray(tau) - np.asarray(rnea.bias_forces(model, ws)))
+    qdd, lam = _constrained_acceleration(model, q, qd, tau, nodes)
+    b, f_free = (np.asarray(a) for a in _free_dynamics(model, q, qd, tau, nodes))
+    b = b[rows]
+    a_f = np.linalg.solve(M, f_free)
     lam_star = np.linalg.pinv(G @ np.linalg.solve(M, G.T), rcond=1e-10) @ (G @ a_f - b)
     np.testing.assert_allclose(lam, lam_star, rtol=0, atol=1e-6 * np.abs(lam_star).max())
     assert rows.size == lam.shape[0]
@@ -132,8 +149,9 @@ def test_gradient_through_closure_geometry_matches_finite_differences():
         moved = dataclasses.replace(nodes, pos_a=nodes.pos_a.at[0, 0].add(dx))  # G reads node A
         return jnp.sum(jnp.sin(cs.constrained_acceleration(model, q, qd, tau, moved)[0]))
 
-    g = float(jax.grad(accel)(0.0))
+    g = float(jax.jit(jax.grad(accel))(0.0))
     h = 1e-6
+    accel = jax.jit(accel)
     fd = (float(accel(h)) - float(accel(-h))) / (2 * h)
     assert abs(fd) > 1e-3
     assert g == pytest.approx(fd, rel=1e-6)
@@ -193,13 +211,17 @@ def test_solver_needs_no_rank_decision_at_the_folded_flat_state():
     model, nodes = p["model"], p["closures"]
     x = system.init_state(p)
     q, qd = x[: model.nv], x[model.nv:]
-    ws = kinematics(model, q, qd)
-    tau = 0.1 * jnp.ones(model.nv)
-    qdd, lam = cs.constrained_dynamics(model, ws, tau, nodes)
+
+    @jax.jit
+    def solve_there(model, q, qd, nodes):
+        ws = kinematics(model, q, qd)
+        qdd, _ = cs.constrained_dynamics(model, ws, 0.1 * jnp.ones(model.nv), nodes)
+        G = cs.blocks(ws, nodes, model.nv)
+        residual = G.apply(qdd) - cs.acceleration_target(ws, nodes)
+        return qdd, residual, solve.numerical_rank(crba.mass_matrix(model, ws), G)
+
+    qdd, residual, rank = solve_there(model, q, qd, nodes)
     assert np.all(np.isfinite(np.asarray(qdd)))
-    G = cs.blocks(ws, nodes, model.nv)
-    b = cs.acceleration_target(ws, nodes)
-    res = np.abs(np.asarray(G.apply(qdd) - b)).max()
+    res = np.abs(np.asarray(residual)).max()
     assert res < 1e-9, res
-    rank = float(solve.numerical_rank(crba.mass_matrix(model, ws), G))
-    assert rank < len(nodes.rows)
+    assert float(rank) < len(nodes.rows)
