@@ -68,14 +68,23 @@ class Binding(eqx.Module):
     stabilization: str = eqx.field(static=True)
 
     def params(self, theta):
-        """The params pytree at named values ``theta`` (traceable, differentiable)."""
-        theta = jnp.asarray(theta)
+        """The params pytree at named values ``theta`` (traceable, differentiable); one
+        program per binding structure (called outside a trace, the update of every leaf
+        compiled a program of its own)."""
+        return _params_at(self, jnp.asarray(theta))
+
+    def _params_at(self, theta):
         dyn, static = _split(self.base)
         out = dyn
         for k, d in enumerate(self.directions):
             step = theta[k] - self.values[k]
             out = jax.tree_util.tree_map(lambda x, dx, s=step: x + s * dx, out, _split(d)[0])
         return eqx.combine(out, static)
+
+
+@eqx.filter_jit
+def _params_at(binding, theta):
+    return binding._params_at(theta)
 
 
 def _probe_step(v: float) -> float:
@@ -163,8 +172,14 @@ def _difference(scenario, values, delta, base, stab, name):
     p1 = _build(scenario, values, delta, stab, name, base)
     d1, static = _split(p1)
     d0, _ = _split(base)
-    # equal leaves (including the infinite joint limits) do not move: 0, not inf - inf
-    diff = lambda a, b: jnp.where(a == b, 0.0, (a - b) / h)
+    # equal leaves (including the infinite joint limits) do not move: 0, not inf - inf;
+    # in numpy: build-time numbers, where JAX would compile a program per leaf shape
+    def diff(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        with np.errstate(invalid="ignore"):
+            d = np.where(a == b, 0.0, (a - b) / h)
+        return jnp.asarray(d.astype(a.dtype) if np.issubdtype(a.dtype, np.floating) else d)
+
     return eqx.combine(jax.tree_util.tree_map(diff, d1, d0), static)
 
 
