@@ -3,12 +3,12 @@
 to single runs; sharded equal to unsharded) and their CLI commands."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 import textwrap
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,7 +19,7 @@ from diffmb.design.batch import member_values, scenario_batch, sweep
 from diffmb.design.binding import bind
 from diffmb.design.data import read_data, write_data
 from diffmb.design.fit import fit, synth
-from diffmb.design.tune import _Objective, named_loss, tune
+from diffmb.design.tune import FORWARD_MAX, _derivatives, _Objective, _value_and_grad, named_loss, tune
 from diffmb.integrate import RunSettings
 from diffmb.scenarios import get
 
@@ -51,24 +51,38 @@ def test_per_hinge_binding_changes_one_hinge_only():
 # ---------------------------------------------------------------- tuning
 
 
-def _fourbar_objective(t1=0.5):
+def _fourbar_objective(t1=0.5, derivatives="forward"):
     b = bind(get("four-bar"), ["a", "b"], {"kick": 0.3}, "baumgarte")
     run = RunSettings(t1=t1, dt=1e-2, solver="rk4", saveat=26)
     return _Objective(binding=b, settings=run, loss=named_loss("violation", w_energy=0.1), penalty=1e3,
-                      log_mask=(True, True))
+                      log_mask=(True, True), derivatives=derivatives)
 
 
 def test_tuning_loss_gradient_matches_finite_differences():
+    # the forward-mode gradient tune() takes for two gains; the differences read the loss
+    # from the same compiled program at the shifted values (one compile, five calls)
     obj = _fourbar_objective()
     z = jnp.log(jnp.array([3.0, 2.0]))
-    # jitted as tune() runs them (unjitted, the loss's own operations compiled one by one:
-    # 125 programs, 3 s more)
-    g = eqx.filter_jit(lambda o, z: jax.grad(o)(z))(obj, z)
-    loss = eqx.filter_jit(lambda o, z: o(z))
+    val, g = _value_and_grad(obj, z)
     h = 1e-5
-    fd = [(loss(obj, z + h * e) - loss(obj, z - h * e)) / (2 * h) for e in jnp.eye(2)]
+    fd = [(math.log(_value_and_grad(obj, z + h * e)[0]) - math.log(_value_and_grad(obj, z - h * e)[0])) / (2 * h)
+          for e in jnp.eye(2)]
     np.testing.assert_allclose(np.asarray(g), np.asarray(fd), rtol=1e-5)
     assert np.all(np.asarray(g) < 0)  # stiffer stabilization removes the kick faster
+
+
+@pytest.mark.slow
+def test_reverse_mode_tuning_gradient_equals_forward_mode():
+    # tune() takes reverse mode beyond FORWARD_MAX values: the recursive-checkpoint
+    # adjoint gives the forward-mode gradient to round-off
+    z = jnp.log(jnp.array([3.0, 2.0]))
+    val_f, g_f = _value_and_grad(_fourbar_objective(), z)
+    val_r, g_r = _value_and_grad(_fourbar_objective(derivatives="reverse"), z)
+    assert float(val_r) == pytest.approx(float(val_f), rel=1e-12)
+    np.testing.assert_allclose(np.asarray(g_r), np.asarray(g_f), rtol=1e-9)
+    assert _derivatives(FORWARD_MAX, "auto") == "forward" and _derivatives(FORWARD_MAX + 1, "auto") == "reverse"
+    with pytest.raises(ValueError, match="derivatives: unknown 'sideways'"):
+        _derivatives(2, "sideways")
 
 
 @pytest.mark.slow

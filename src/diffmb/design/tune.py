@@ -4,8 +4,12 @@ Fulton & Schaub tuned their Baumgarte gains by hand (section 4.2: ``a = 100, b =
 the 4-panel fold, "trial and error") and found none for the 3x3 grid. :func:`tune` makes
 that a minimisation: the parameters (any scenario ``--set`` names, bound to the System's
 params by :mod:`diffmb.design.binding`) are optimised by Adam on a loss of the simulated
-trajectory, with gradients through :func:`~diffmb.integrate.simulate` (memory-bounded
-recursive-checkpoint adjoint). Adam descends ``log(loss)``, whose gradient is scale-free.
+trajectory, with gradients through :func:`~diffmb.integrate.simulate`. Adam descends
+``log(loss)``, whose gradient is scale-free. The gradient is taken in forward mode (one
+tangent per tuned value carried along the run, no tape) for up to :data:`FORWARD_MAX`
+values, the usual case of a few gains, and in reverse mode (the memory-bounded
+recursive-checkpoint adjoint) beyond: for two gains of the four-bar the forward program
+compiles in half the time of the reverse one and runs 1.5x faster, with the same gradient.
 
 Losses (``loss=``):
 
@@ -53,6 +57,9 @@ if TYPE_CHECKING:
     from ..scenarios import Scenario
 
 LOSSES = ("violation", "deploy", "vibration")
+
+#: Tuned values up to which :func:`tune` differentiates in forward mode (see module doc).
+FORWARD_MAX = 8
 
 
 def _trapezoid(y, ts, valid):
@@ -162,12 +169,14 @@ class TuneResult:
     wall_s: float = 0.0
     compile_s: float = 0.0
     floor: float | None = None
+    #: the gradient's mode, ``"forward"`` or ``"reverse"``
+    derivatives: str = ""
 
     def to_json(self) -> dict:
         return {"initial": {"params": self.initial, "loss": self.initial_loss},
                 "final": {"params": self.best, "loss": self.best_loss},
                 "history": self.history, "stopped": self.stopped, "floor": self.floor,
-                "wall_s": self.wall_s, "compile_s": self.compile_s}
+                "wall_s": self.wall_s, "compile_s": self.compile_s, "derivatives": self.derivatives}
 
 
 class _Objective(eqx.Module):
@@ -178,6 +187,8 @@ class _Objective(eqx.Module):
     loss: Callable = eqx.field(static=True)
     penalty: float = eqx.field(static=True)
     log_mask: tuple = eqx.field(static=True)
+    #: ``"forward"`` (runs with the direct adjoint, which forward mode needs) or ``"reverse"``
+    derivatives: str = eqx.field(static=True, default="reverse")
 
     def natural(self, z):
         mask = jnp.asarray(self.log_mask)
@@ -185,7 +196,8 @@ class _Objective(eqx.Module):
 
     def __call__(self, z):
         params = self.binding.params(self.natural(z))
-        tr = self.settings.run(self.binding.system, params)
+        adjoint = "direct" if self.derivatives == "forward" else "checkpoint"
+        tr = self.settings.run(self.binding.system, params, adjoint=adjoint)
         _, missed = _reached(tr, 0.0, self.settings.t1)
         return self.loss(tr, params) + self.penalty * missed
 
@@ -234,8 +246,22 @@ def integrator_floor(binding: Binding, settings: RunSettings, values, *, w_veloc
 
 @eqx.filter_jit
 def _value_and_grad(obj, z):
-    val, g = jax.value_and_grad(obj.log_loss)(z)
+    """``(loss, grad log(loss))`` in ``obj.derivatives``' mode."""
+    if obj.derivatives == "forward":
+        g, val = jax.jacfwd(lambda z_: (obj.log_loss(z_),) * 2, has_aux=True)(z)
+    else:
+        val, g = jax.value_and_grad(obj.log_loss)(z)
     return jnp.exp(val), g
+
+
+def _derivatives(n, derivatives):
+    """The differentiation mode for ``n`` tuned values: ``"auto"`` is forward up to
+    :data:`FORWARD_MAX` values, reverse beyond."""
+    if derivatives == "auto":
+        return "forward" if n <= FORWARD_MAX else "reverse"
+    if derivatives not in ("forward", "reverse"):
+        raise ValueError(f"derivatives: unknown {derivatives!r}; expected auto, forward or reverse")
+    return derivatives
 
 
 @eqx.filter_jit
@@ -251,7 +277,7 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
          min_rel_improvement: float = 1e-3, log: bool | Sequence[str] | None = None,
          zero_start: float = 0.1, divergence_penalty: float = 1e3, max_violation: float = 1.0,
          callback: Callable | None = None, progress: bool = False, stop_at_floor: bool = True,
-         stop: Callable[[], bool] | None = None) -> TuneResult:
+         stop: Callable[[], bool] | None = None, derivatives: str = "auto") -> TuneResult:
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
@@ -265,7 +291,8 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
     ``stopped = "floor"``, as soon as the loss is at or below :func:`integrator_floor` —
     at once, without iterating, when the starting values already are. ``stop()``:
     checked after every iteration; when it returns True tuning ends there with
-    ``stopped = "interrupted"`` and the best values so far.
+    ``stopped = "interrupted"`` and the best values so far. ``derivatives``: ``"forward"``,
+    ``"reverse"`` or ``"auto"`` (forward up to :data:`FORWARD_MAX` values; module doc).
     """
     scenario, b, st = _bind(scenario, names, overrides, stabilization, t1=t1, dt=dt, solver=solver,
                             rtol=rtol, atol=atol)
@@ -275,12 +302,14 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
     settings = RunSettings(**st, saveat=int(saveat),
                            max_violation=None if max_violation is None else float(max_violation))
     obj = _Objective(binding=b, settings=settings, loss=named_loss(loss, scenario, **(loss_weights or {})),
-                     penalty=float(divergence_penalty), log_mask=mask)
+                     penalty=float(divergence_penalty), log_mask=mask,
+                     derivatives=_derivatives(len(names), derivatives))
     floor, initial_loss = _initial_loss(obj, v0, loss, loss_weights or {}, stop_at_floor)
     initial = dict(zip(names, map(float, v0)))
     if floor is not None and initial_loss <= floor:
         return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=initial,
-                          best_loss=initial_loss, history=[], stopped="floor", floor=floor)
+                          best_loss=initial_loss, history=[], stopped="floor", floor=floor,
+                          derivatives=obj.derivatives)
     opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(clip), optax.adam(learning_rate))
     tic = time.perf_counter()
     history, best, best_loss, stopped, compile_s = _descend(
@@ -291,7 +320,7 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
     wall = time.perf_counter() - tic - compile_s
     return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=best,
                       best_loss=best_loss, history=history, stopped=stopped,
-                      wall_s=wall, compile_s=compile_s, floor=floor)
+                      wall_s=wall, compile_s=compile_s, floor=floor, derivatives=obj.derivatives)
 
 
 def _bind(scenario, names, overrides, stabilization, **run):
