@@ -215,7 +215,10 @@ class Residual(eqx.Module):
         return jnp.concatenate(outs)[None], ends
 
     def __call__(self, z):
-        pred, ends = self.predict(z)
+        return self.residual_of(z, *self.predict(z))
+
+    def residual_of(self, z, pred, ends):
+        """The residual at ``z`` from its predictions ``(pred, ends)`` (:meth:`predict`)."""
         r = [self._errors(pred)]
         base = self.n_params + self.n_nuisance
         for k in range(1, len(self.segments)):
@@ -234,10 +237,16 @@ def residual_and_jacobian(res, z):
 
 
 @eqx.filter_jit
+def residual_and_predictions(res, z):
+    """``(r(z), simulated columns)``: one program for the fit's trial steps and its reports
+    (two programs compiled the same simulation twice: 2 s more per fit of a 2-link arm)."""
+    pred, ends = res.predict(z)
+    return res.residual_of(z, pred, ends), pred
+
+
 def residual_value(res, z):
-    return res(z)
+    return residual_and_predictions(res, z)[0]
 
 
-@eqx.filter_jit
 def predictions(res, z):
-    return res.predict(z)[0]
+    return residual_and_predictions(res, z)[1]
