@@ -619,20 +619,84 @@ def _diagnose(system, params, ts, xs, x0, form="reduce"):
     (:func:`diffmb.spatial.written_out`). A program of its own, apart from :func:`_solve`: it depends
     only on the system's structure and the save-point count, so runs that differ in solver,
     horizon, events or adjoint share it, and a run that needs only states (a fit's
-    residuals) never compiles it."""
+    residuals) never compiles it. A run outside any trace calls it in blocks
+    (:func:`_diagnose_in_blocks`) instead."""
+    diag, viol = _pointwise(system, params, ts, xs, x0)
+    n = xs.shape[0]
+    sample = np.arange(0, n, max(1, math.ceil(n / SAMPLED_POINTS)))
+    nan = jnp.asarray(jnp.nan, xs.dtype)
+    for k, v in _sampled(system, params, ts[sample], xs[sample], x0).items():
+        diag[k] = jnp.full((n,) + v.shape[1:], nan, v.dtype).at[sample].set(v)
+    return diag, viol
+
+
+def _blank(valid, a):
+    return jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, jnp.asarray(jnp.nan, a.dtype))
+
+
+def _pointwise(system, params, ts, xs, x0):
+    """``(diagnostics, violation)`` at every save point (NaN where ``ts`` is)."""
     valid = jnp.isfinite(ts)
     safe = jnp.where(valid[:, None], xs, x0[None, :])  # finite inputs keep gradients finite
     diag = jax.vmap(lambda x: system.diagnostics(x, params))(safe)
     viol = jax.vmap(lambda x: system.violation(x, params))(safe)
-    n = xs.shape[0]
-    nan = jnp.asarray(jnp.nan, xs.dtype)
+    return {k: _blank(valid, v) for k, v in diag.items()}, {k: _blank(valid, v) for k, v in viol.items()}
+
+
+def _sampled(system, params, ts, xs, x0):
+    """:meth:`~diffmb.system.System.sampled_diagnostics` at the given save points."""
+    valid = jnp.isfinite(ts)
+    safe = jnp.where(valid[:, None], xs, x0[None, :])
+    return {k: _blank(valid, v) for k, v in jax.vmap(lambda x: system.sampled_diagnostics(x, params))(safe).items()}
+
+
+#: Save points per call of the blocked diagnostics program (:func:`_diagnose_in_blocks`).
+DIAGNOSED_BLOCK = 64
+
+
+@eqx.filter_jit
+def _diagnose_block(system, params, ts, xs, x0, form="reduce"):
+    return _pointwise(system, params, ts, xs, x0)
+
+
+@eqx.filter_jit
+def _diagnose_sample(system, params, ts, xs, x0, form="reduce"):
+    return _sampled(system, params, ts, xs, x0)
+
+
+def _diagnose_in_blocks(system, params, ts, xs, x0, form):
+    """:func:`_diagnose`'s numbers from two programs whose shapes do not depend on the
+    run's length: the pointwise diagnostics over blocks of :data:`DIAGNOSED_BLOCK` save
+    points (the last padded) and the sampled ones at :data:`SAMPLED_POINTS` points (padded
+    likewise). Runs of one system structure with any save-point count share them (the
+    default test job compiled the per-length program 98 times)."""
+    ts, xs = np.asarray(ts), np.asarray(xs)
+    n, B = xs.shape[0], DIAGNOSED_BLOCK
+    nb = max(1, math.ceil(n / B))
+    pad_t = np.concatenate([ts, np.full(nb * B - n, np.nan, ts.dtype)])
+    pad_x = np.concatenate([xs, np.zeros((nb * B - n, xs.shape[1]), xs.dtype)])
+    blocks = [_diagnose_block(system, params, pad_t[i * B:(i + 1) * B], pad_x[i * B:(i + 1) * B], x0, form)
+              for i in range(nb)]
+    join = lambda parts: np.concatenate([np.asarray(a) for a in parts])[:n]
+    diag = {k: join([b[0][k] for b in blocks]) for k in blocks[0][0]}
+    viol = {k: join([b[1][k] for b in blocks]) for k in blocks[0][1]}
     sample = np.arange(0, n, max(1, math.ceil(n / SAMPLED_POINTS)))
-    for k, v in jax.vmap(lambda x: system.sampled_diagnostics(x, params))(safe[sample]).items():
-        diag[k] = jnp.full((n,) + v.shape[1:], nan, v.dtype).at[sample].set(v)
-    blank = lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, nan)
-    return {k: blank(v) for k, v in diag.items()}, {k: blank(v) for k, v in viol.items()}
+    S = SAMPLED_POINTS
+    st = np.concatenate([ts[sample], np.full(S - sample.size, np.nan, ts.dtype)])
+    sx = np.concatenate([xs[sample], np.zeros((S - sample.size, xs.shape[1]), xs.dtype)])
+    for k, v in _diagnose_sample(system, params, st, sx, x0, form).items():
+        v = np.asarray(v)
+        diag[k] = np.full((n,) + v.shape[1:], np.nan, v.dtype)
+        diag[k][sample] = v[: sample.size]
+    return ({k: jnp.asarray(v) for k, v in diag.items()}, {k: jnp.asarray(v) for k, v in viol.items()})
 
 
-def _with_diagnostics(tr: Trajectory, system, params, x0, diagnose=_diagnose, form=None) -> Trajectory:
-    diag, viol = diagnose(system, params, tr.ts, tr.xs, x0, form or spatial.contraction_form())
+def _with_diagnostics(tr: Trajectory, system, params, x0, diagnose=None, form=None) -> Trajectory:
+    """``tr`` with its diagnostics: by ``diagnose`` when given (a program compiled ahead
+    for this run), inside a trace as part of the traced program, else in blocks."""
+    form = form or spatial.contraction_form()
+    if diagnose is not None or isinstance(tr.xs, jax.core.Tracer):
+        diag, viol = (diagnose or _diagnose)(system, params, tr.ts, tr.xs, x0, form)
+    else:
+        diag, viol = _diagnose_in_blocks(system, params, tr.ts, tr.xs, x0, form)
     return dataclasses.replace(tr, diagnostics=diag, violation=viol)
