@@ -86,14 +86,18 @@ def _mixed_system(stabilization="none", **kw):
     return system, system.default_params()
 
 
-def test_structured_solve_matches_literal_eq14_and_rows_match_autodiff():
+@pytest.fixture(scope="module")
+def mixed():
+    """The mixed system, its params and its accelerations by the structured solve (eq. 14)."""
     system, p = _mixed_system()
+    return system, p, system.vector_field(0.0, p["x0"], p)
+
+
+def test_structured_solve_matches_literal_eq14(mixed):
+    system, p, f = mixed
     x = p["x0"]
-    f = system.vector_field(0.0, x, p)
     lit, _ = _mixed_system(solver="pinv")
-    ad, _ = _mixed_system(analytic=False)
     assert np.max(np.abs(f - lit.vector_field(0.0, x, p))) < 1e-9
-    assert np.max(np.abs(f - ad.vector_field(0.0, x, p))) < 1e-10
     # every constraint's second time derivative vanishes along the computed motion (eq. 1)
     X, V = system.body_states(x)
     acc = f[7 * system.n:].reshape(system.n, 7)
@@ -111,6 +115,12 @@ def test_structured_solve_matches_literal_eq14_and_rows_match_autodiff():
     assert np.max(np.abs(d)) < 1e-12  # the rigid initial motion satisfies every velocity row
     assert np.max(np.abs(dd)) < 1e-9
     assert system.n_rows == 3 + 6 + 6 + 5 + 3 + 1
+
+
+def test_joint_rows_eqs_18_19_match_autodiff(mixed):
+    system, p, f = mixed
+    ad, _ = _mixed_system(analytic=False)
+    assert np.max(np.abs(f - ad.vector_field(0.0, p["x0"], p))) < 1e-10
 
 
 # ------------------------------------------------------------------ chain vs tree
