@@ -57,12 +57,16 @@ def _scenario(kind, n):
     return sc, sc.resolve({"rows": float(n), "cols": float(n)})
 
 
-def worker_diffmb(kind, n, stab, horizon, dt):
+def worker_diffmb(kind, n, stab, horizon, dt, factor="auto"):
     import resource
 
     import jax
 
+    from diffmb import constraint_solve
     from diffmb.integrate import compile_simulation
+
+    if factor == "dense":  # the dense Cholesky of M + rho G^T G at every size
+        constraint_solve.plan_for = lambda lay, paths: None
 
     sc, values = _scenario(kind, n)
     t = time.perf_counter()
@@ -76,7 +80,11 @@ def worker_diffmb(kind, n, stab, horizon, dt):
     s = tr.summary()
     steps = max(1, int(tr.n_steps))
     mom = s.get("angular_momentum") or {}
+    from diffmb.constraints import plan
+
+    p = plan(system.model, system.closures) if factor != "dense" else None
     return {"engine": "diffmb", "kind": kind, "n": n, "panels": n * n, "nv": system.model.nv,
+            "factor": f"blocks {p.k}x{p.b}+{p.w}" if p else "dense", "factor_mode": factor,
             "closures": len(system.closures.closures), "rows": len(system.closures.rows),
             "stabilization": stab, "status": tr.status, "steps": steps, "build_s": build_s,
             "compile_s": compile_s, "wall_s": wall, "us_per_step": 1e6 * wall / steps,
@@ -153,6 +161,9 @@ def main(argv=None):
     ap.add_argument("--horizon", type=float, default=1.0, help="simulated seconds per run")
     ap.add_argument("--dt", type=float, default=1e-3)
     ap.add_argument("--stabilizations", nargs="+", choices=STABS, default=list(STABS))
+    ap.add_argument("--factor", nargs="+", choices=("auto", "dense"), default=["auto"],
+                    help="auto: block-tridiagonal factor where it pays (diffmb.block_tridiagonal); "
+                         "dense: the dense Cholesky everywhere; both: one row each")
     ap.add_argument("--no-mujoco", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_scale.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -163,7 +174,7 @@ def main(argv=None):
         if w["engine"] == "mujoco":
             res = worker_mujoco(w["kind"], w["n"], w["horizon"], w["dt"])
         else:
-            res = worker_diffmb(w["kind"], w["n"], w["stabilization"], w["horizon"], w["dt"])
+            res = worker_diffmb(w["kind"], w["n"], w["stabilization"], w["horizon"], w["dt"], w.get("factor", "auto"))
         print(json.dumps(res))
         return
 
@@ -172,10 +183,11 @@ def main(argv=None):
     rows = []
     for kind, n in cases:
         for stab in args.stabilizations:
-            r = _spawn({"engine": "diffmb", "kind": kind, "n": n, "stabilization": stab,
-                        "horizon": args.horizon, "dt": args.dt})
-            rows.append(r)
-            _print_row(r)
+            for factor in args.factor:
+                r = _spawn({"engine": "diffmb", "kind": kind, "n": n, "stabilization": stab,
+                            "horizon": args.horizon, "dt": args.dt, "factor": factor})
+                rows.append(r)
+                _print_row(r)
         if not args.no_mujoco:
             r = _spawn({"engine": "mujoco", "kind": kind, "n": n, "horizon": args.horizon, "dt": args.dt})
             if r is not None:
@@ -185,7 +197,8 @@ def main(argv=None):
     exps = {}
     for eng, stab in [("diffmb", s) for s in args.stabilizations] + [("mujoco", None)]:
         sel = [r for r in rows if r and r.get("engine") == eng and r.get("kind") == "map"
-               and (stab is None or r.get("stabilization") == stab)]
+               and (stab is None or r.get("stabilization") == stab)
+               and r.get("factor_mode", args.factor[0]) == args.factor[0]]
         exps[f"{eng}" + (f"/{stab}" if stab else "")] = fit_exponent(sel)
     print()
     print(table(rows))
@@ -208,6 +221,7 @@ def _print_row(r):
               flush=True)
         return
     print(f"  {r['kind']:<5} {r['n']:>2}x{r['n']:<2} {r['engine']:<6} {r.get('stabilization', ''):<10} "
+          f"{r.get('factor', ''):<18} "
           f"{r['us_per_step']:10.1f} us/step  compile {r['compile_s']:7.3f} s  "
           f"viol {r['violation']:.1e}", flush=True)
 
@@ -215,7 +229,7 @@ def _print_row(r):
 def table(rows):
     f = lambda x, s="{:.3g}": "-" if x is None or (isinstance(x, float) and math.isnan(x)) else s.format(x)
     mj = {(r["kind"], r["n"]): r for r in rows if r and r.get("engine") == "mujoco" and "error" not in r}
-    head = ("case", "panels", "nv", "rows", "stabilization", "status", "us/step", "compile s", "build s",
+    head = ("case", "panels", "nv", "rows", "stabilization", "factor", "status", "us/step", "compile s", "build s",
             "peak MB", "violation", "energy drift", "MuJoCo us/step", "MuJoCo compile ms",
             "MuJoCo violation", "ratio")
     body = []
@@ -223,12 +237,12 @@ def table(rows):
         if not r or r.get("engine") != "diffmb":
             continue
         if "error" in r:
-            body.append((f"{r['kind']} {r['n']}x{r['n']}", "-", "-", "-", r.get("stabilization", ""), "error")
-                        + ("-",) * 10)
+            body.append((f"{r['kind']} {r['n']}x{r['n']}", "-", "-", "-", r.get("stabilization", ""),
+                         r.get("factor", "-"), "error") + ("-",) * 10)
             continue
         m = mj.get((r["kind"], r["n"]))
         body.append((f"{r['kind']} {r['n']}x{r['n']}", str(r["panels"]), str(r["nv"]), str(r["rows"]),
-                     r["stabilization"], r["status"], f(r["us_per_step"], "{:.1f}"),
+                     r["stabilization"], r["factor"], r["status"], f(r["us_per_step"], "{:.1f}"),
                      f(r["compile_s"], "{:.1f}"), f(r["build_s"], "{:.1f}"), f(r["peak_mb"], "{:.0f}"),
                      f(r["violation"], "{:.1e}"), f(r["energy_drift"], "{:.1e}"),
                      f(m and m["us_per_step"], "{:.1f}"), f(m and 1e3 * m["compile_s"], "{:.1f}"),

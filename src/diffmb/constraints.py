@@ -45,12 +45,19 @@ from .closures import (  # noqa: F401  (the closure vocabulary, re-exported)
     row_labels,
 )
 from .kinematics import kinematics
+from .layout import layout
 from .tree import coordinate_rates
 
 
 def blocks(ws, nodes, nv) -> solve.Blocks:
     """The closure Jacobian ``G`` of the workspace's state, in blocks."""
     return solve.Blocks(cl.jacobian_blocks(ws, nodes), nodes.paths, nv)
+
+
+def plan(model, nodes):
+    """The block order in which ``M + rho G^T G`` is factored, ``None`` for dense
+    (:func:`diffmb.constraint_solve.plan_for`)."""
+    return solve.plan_for(layout(model), nodes.paths)
 
 
 def _per_row(nodes, x, dtype):
@@ -82,7 +89,7 @@ def constrained_dynamics(model, ws, tau, nodes, gains=None, f_ext=None):
     """
     M = crba.mass_matrix(model, ws)
     f = tau - rnea.bias_forces(model, ws, f_ext)
-    F = solve.factor(M, blocks(ws, nodes, model.nv))
+    F = solve.factor(M, blocks(ws, nodes, model.nv), plan=plan(model, nodes))
     return F.solve(f, acceleration_target(ws, nodes, gains))
 
 
@@ -111,7 +118,7 @@ def project_state(model, q, qd, nodes, iterations: int = 3):
     def linearise(q):
         ws = kinematics(model, q)
         M = crba.mass_matrix(model, ws)
-        return ws, M, solve.factor(M, blocks(ws, nodes, nv))
+        return ws, M, solve.factor(M, blocks(ws, nodes, nv), plan=plan(model, nodes))
 
     def gn(_, carry):
         q, _, _ = carry
