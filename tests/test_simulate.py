@@ -192,6 +192,42 @@ def test_violation_bound_stops_run():
     assert v[:-1].max() <= 0.2 < v[-1]  # stops on the first step past the bound
 
 
+def test_dtmin_flagged_on_the_step_that_lands_on_t1_is_a_completed_run():
+    """diffrax checks the next step size against ``dtmin`` after the step that lands on
+    ``t1`` too, and a sliver of a last step (diffrax rounds onto ``t1`` only within 100
+    ULPs) can trip it: that run reached ``t1`` and succeeded. Before ``t1`` it is a
+    collapse of the step size: diverged."""
+    from types import SimpleNamespace
+
+    import diffrax as dfx
+
+    from diffmb.integrate import _status
+    from diffmb.trajectory import STATUS_CODES
+
+    run, mask, R = SimpleNamespace(n_events=0), [jnp.asarray(False)], dfx.RESULTS
+    status = lambda result, reached: int(_status(run, SimpleNamespace(result=result), mask, jnp.asarray(reached)))
+    assert status(R.dt_min_reached, True) == STATUS_CODES["success"]
+    assert status(R.dt_min_reached, False) == STATUS_CODES["diverged"]
+    assert status(R.successful, True) == STATUS_CODES["success"]
+    assert status(R.max_steps_reached, False) == STATUS_CODES["max_steps"]
+
+
+@pytest.mark.slow
+def test_every_segment_of_an_adaptive_map_fold_run_succeeds(tmp_path):
+    """The run that showed it: ``diffmb run map-fold --set rows=6 --set cols=6 --t1 0.2``
+    (Dopri5 with projection, 20 segments) reported divergence in its third segment,
+    ``[0.02, 0.030000000000000006]``, whose last step tripped ``dtmin`` on ``t1``."""
+    from diffmb import resumable
+    from diffmb.scenarios import get
+
+    sc = get("map-fold")
+    system, params = sc.build(sc.resolve({"rows": 6.0, "cols": 6.0}), "projection")
+    done = []
+    resumable.run(system, params, t1=0.2, out_dir=tmp_path, name="m", solver="dopri5", rtol=1e-10,
+                  atol=1e-12, stop=lambda: len(done) >= 4, on_segment=lambda k, tr, s: done.append(tr.status))
+    assert done == ["success"] * 4, done
+
+
 def test_gradient_matches_finite_differences():
     model = chain_model([1.0, 0.8], [1.0, 0.5], 9.81)
     system = TreeSystem(model, q0=[0.7, -0.3])

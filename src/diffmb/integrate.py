@@ -493,7 +493,7 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         throw=False,
         progress_meter=dfx.TqdmProgressMeter() if run.progress else dfx.NoProgressMeter(),
     )
-    return _trajectory(run, system, params, x0, ts, sol)
+    return _trajectory(run, system, params, x0, ts, sol, t1)
 
 
 def _solver(run, system):
@@ -553,14 +553,21 @@ def _event(run, system, max_violation):
     return dfx.Event(cond, root_finder=root)
 
 
-def _status(run, sol, mask):
+def _status(run, sol, mask, reached_t1):
     """The run's :data:`~diffmb.trajectory.STATUS_CODES` entry from diffrax's result and
-    the event mask (``mask[0]``: divergence)."""
+    the event mask (``mask[0]``: divergence).
+
+    diffrax checks the *next* step size against ``dtmin`` after every accepted step,
+    including the one that lands on ``t1``; that step may be a sliver (diffrax rounds a
+    step onto ``t1`` only within 100 ULPs of it, and ``dtmin`` is ``1e-13`` of the span:
+    at ``t1 = 0.030000000000000006`` after a step ending at ``0.03`` the next proposal fell
+    below it), so ``dt_min_reached`` with ``t1`` reached is a completed run."""
     div_event = mask[0]
     user_event = jnp.any(jnp.stack(mask[1:])) if run.n_events else False
     R = dfx.RESULTS
+    done = (sol.result == R.successful) | ((sol.result == R.dt_min_reached) & reached_t1)
     return jnp.where(
-        sol.result == R.successful,
+        done,
         STATUS_CODES["success"],
         jnp.where(
             sol.result == R.event_occurred,
@@ -572,7 +579,7 @@ def _status(run, sol, mask):
     )
 
 
-def _trajectory(run, system, params, x0, ts, sol) -> Trajectory:
+def _trajectory(run, system, params, x0, ts, sol, t1) -> Trajectory:
     """The :class:`~diffmb.trajectory.Trajectory` of a solve: the save points it reached
     (projected where they come from dense output; NaN after the end), its end state,
     step counts and status."""
@@ -583,7 +590,7 @@ def _trajectory(run, system, params, x0, ts, sol) -> Trajectory:
     t_final, x_final = sol.ts[last], sol.ys[last]
     xs = sol.ys[:n]
     mask = sol.event_mask
-    status = _status(run, sol, mask)
+    status = _status(run, sol, mask, t_final >= t1)
     valid = jnp.arange(n) < last
     safe_xs = jnp.where(valid[:, None], xs, x0[None, :])
     if run.project_saves:
