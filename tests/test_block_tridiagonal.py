@@ -36,12 +36,15 @@ def _random(k, b, w, pad, seed=0):
 
 @pytest.mark.parametrize("k,b,w,pad", [(5, 4, 3, 2), (4, 3, 0, 1), (1, 6, 2, 0)])
 def test_block_factor_solves_the_matrix_it_holds(k, b, w, pad):
+    """Solve and product in blocks equal dense linear algebra on the matrix they hold."""
     p, D, E, C, B = _random(k, b, w, pad)
     A = np.asarray(bt.dense(*map(jnp.asarray, (D, E, C, B)), p))
     r = np.random.default_rng(1).normal(size=p.nv)
     x = jax.jit(lambda D, E, C, B, r: bt.permute_out(p, bt.solve(bt.factor(D, E, C, B), bt.permute_in(p, r))))(
         D + p.padding(), E, C, B, r)
     np.testing.assert_allclose(np.asarray(x), np.linalg.solve(A, r), rtol=1e-12, atol=1e-14)
+    Ar = jax.jit(lambda D, E, C, B, r: bt.permute_out(p, bt.matvec(D, E, C, B, bt.permute_in(p, r))))(D, E, C, B, r)
+    np.testing.assert_allclose(np.asarray(Ar), A @ r, rtol=1e-13, atol=1e-12)
 
 
 def _pattern(model, nodes):

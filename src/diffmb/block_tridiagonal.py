@@ -257,6 +257,21 @@ def solve(fac: Factors, r):
     return jnp.concatenate([x.reshape(-1), xB])
 
 
+def matvec(D, E, C, B, x):
+    """The product of the matrix the blocks hold (module docstring) with ``x (k b + w,)``
+    in block order: ``O(k b^2 + w k b)`` instead of ``nv^2``."""
+    k, b, _ = D.shape
+    xT, xB = x[: k * b].reshape(k, b), x[k * b:]
+    yT = jnp.einsum("tij,tj->ti", D, xT) + jnp.einsum("twi,w->ti", C, xB)
+    if k > 1:
+        below = jnp.einsum("tij,tj->ti", E, xT[:-1])        # E_t x_t, into block t + 1
+        above = jnp.einsum("tji,tj->ti", E, xT[1:])         # E_t^T x_{t+1}, into block t
+        zero = jnp.zeros((1, b), x.dtype)
+        yT = yT + jnp.concatenate([zero, below]) + jnp.concatenate([above, zero])
+    yB = jnp.einsum("twi,ti->w", C, xT) + B @ xB
+    return jnp.concatenate([yT.reshape(-1), yB])
+
+
 def permute_in(p: Plan, r):
     """``r (nv,)`` in block order (padding zero)."""
     return jnp.concatenate([r, jnp.zeros(1, r.dtype)])[jnp.asarray(p.order)]

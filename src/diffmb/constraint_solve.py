@@ -269,10 +269,16 @@ class BandedFactor(Factor):
     order (:mod:`diffmb.block_tridiagonal`)."""
 
     blocks: bt.Factors
+    M_blocks: tuple
     plan: bt.Plan = eqx.field(static=True)
 
     def _solve(self, r):
         return bt.permute_out(self.plan, bt.solve(self.blocks, bt.permute_in(self.plan, r)))
+
+    def _products(self, x):
+        """``(G x, M x)``, ``M x`` from ``M``'s blocks (its pattern is within ``A``'s)."""
+        p = self.plan
+        return self.G.apply(x), bt.permute_out(p, bt.matvec(*self.M_blocks, bt.permute_in(p, x)))
 
 
 def _rho(M, gram_diagonal, kappa):
@@ -305,9 +311,10 @@ def _banded(M, G: Blocks, kappa, plan: bt.Plan) -> BandedFactor:
     rho = _rho(M, gram[diag], kappa)
     m = jnp.concatenate([M.reshape(-1), jnp.zeros(1, M.dtype)])
     g = jnp.concatenate([gram, jnp.zeros(1, M.dtype)])
-    D, E, C, B = (m[i] + rho * g[j] for i, j in zip(m_idx, g_idx))
+    M_blocks = tuple(m[i] for i in m_idx)
+    D, E, C, B = (Mb + rho * g[j] for Mb, j in zip(M_blocks, g_idx))
     factors = bt.factor(D + jnp.asarray(pad, M.dtype), E, C, B)
-    return BandedFactor(rho=rho, M=M, G=G, blocks=factors, plan=plan)
+    return BandedFactor(rho=rho, M=M, G=G, blocks=factors, M_blocks=M_blocks, plan=plan)
 
 
 @functools.lru_cache(maxsize=64)
