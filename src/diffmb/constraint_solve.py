@@ -225,10 +225,14 @@ class Factor(eqx.Module):
         x = self._solve(f + G.apply_T(rho * b))                     # lambda_0 = 0, x_0 = 0
         Gx, Mx = self._products(x)
         lam = rho * (Gx - b)
-        for _ in range(iterations - 1):
+
+        def iterate(carry):
+            x, Gx, Mx, lam = carry
             x = x + self._solve(f - G.apply_T(lam + rho * (Gx - b)) - Mx)
             Gx, Mx = self._products(x)
-            lam = lam + rho * (Gx - b)
+            return x, Gx, Mx, lam + rho * (Gx - b)
+
+        x, Gx, Mx, lam = self._repeat(iterations - 1, iterate, (x, Gx, Mx, lam))
         # The iterates' lambda holds rho times the part of b that no x can reach (the
         # inconsistency of redundant rows: round-off, or a Baumgarte target off the
         # manifold), and rho times the round-off of G x - b. The reported multipliers
@@ -237,13 +241,19 @@ class Factor(eqx.Module):
         # stays in the range of G -- the minimum-norm multipliers of redundant rows.
         # Dead code for callers that discard lambda (the vector field).
         e = f - M @ x
-        lam = jnp.zeros_like(b)
-        for _ in range(iterations):
-            lam = lam + rho * G.apply(self._solve(e - G.apply_T(lam)))
+        lam = self._repeat(iterations, lambda lam: lam + rho * G.apply(self._solve(e - G.apply_T(lam))),
+                           jnp.zeros_like(b))
         return x, lam
 
     def _solve(self, r):
         raise NotImplementedError
+
+    def _repeat(self, n: int, body, carry):
+        """``body`` applied ``n`` times, unrolled: a small system's program is bound by its
+        kernel count, not by its size."""
+        for _ in range(n):
+            carry = body(carry)
+        return carry
 
     def _products(self, x):
         """``(G x (P, 6), M x)``; one matrix kernel when ``G`` is dense."""
@@ -274,6 +284,11 @@ class BandedFactor(Factor):
 
     def _solve(self, r):
         return bt.permute_out(self.plan, bt.solve(self.blocks, bt.permute_in(self.plan, r)))
+
+    def _repeat(self, n: int, body, carry):
+        """``body`` applied ``n`` times in a loop: each application holds two scans per
+        solve, and one copy of them compiles faster than ``n``."""
+        return lax.fori_loop(0, n, lambda _, c: body(c), carry) if n > 1 else Factor._repeat(self, n, body, carry)
 
     def _products(self, x):
         """``(G x, M x)``, ``M x`` from ``M``'s blocks (its pattern is within ``A``'s)."""
