@@ -280,15 +280,3 @@ def permute_in(p: Plan, r):
 def permute_out(p: Plan, x):
     """Block order -> ``(nv,)``."""
     return x[jnp.asarray(p.positions)]
-
-
-def dense(D, E, C, B, p: Plan):
-    """The matrix the blocks hold, ``(nv, nv)`` in joint order (tests)."""
-    n = p.k * p.b + p.w
-    A = jnp.zeros((n + 1, n + 1), D.dtype)
-    for (i, j), v in zip(p.storage_pairs(), (D, E, C, B)):
-        i, j = np.where(i < p.nv, i, n), np.where(j < p.nv, j, n)
-        A = A.at[i, j].set(v).at[j, i].set(v)
-    return A[: p.nv, : p.nv]
-
-
