@@ -33,6 +33,7 @@ triangle is summed (all the Cholesky factorisation reads).
 
 from __future__ import annotations
 
+import abc
 import functools
 
 import equinox as eqx
@@ -245,8 +246,9 @@ class Factor(eqx.Module):
                            jnp.zeros_like(b))
         return x, lam
 
+    @abc.abstractmethod
     def _solve(self, r):
-        raise NotImplementedError
+        """``(M + rho G^T G)^-1 r`` from the factor."""
 
     def _repeat(self, n: int, body, carry):
         """``body`` applied ``n`` times, unrolled: a small system's program is bound by its
@@ -288,7 +290,7 @@ class BandedFactor(Factor):
     def _repeat(self, n: int, body, carry):
         """``body`` applied ``n`` times in a loop: each application holds two scans per
         solve, and one copy of them compiles faster than ``n``."""
-        return lax.fori_loop(0, n, lambda _, c: body(c), carry) if n > 1 else Factor._repeat(self, n, body, carry)
+        return lax.fori_loop(0, n, lambda _, c: body(c), carry) if n > 1 else super()._repeat(n, body, carry)
 
     def _products(self, x):
         """``(G x, M x)``, ``M x`` from ``M``'s blocks (its pattern is within ``A``'s)."""
@@ -321,7 +323,7 @@ def factor(M, G: Blocks, kappa: float | None = None, plan: bt.Plan | None = None
 
 
 def _banded(M, G: Blocks, kappa, plan: bt.Plan) -> BandedFactor:
-    gram = lax.optimization_barrier(G.gram_values())
+    gram = G.gram_values()
     (m_idx, g_idx), diag, pad = _storage(plan, G.paths)
     rho = _rho(M, gram[diag], kappa)
     m = jnp.concatenate([M.reshape(-1), jnp.zeros(1, M.dtype)])
@@ -354,18 +356,15 @@ def _storage(plan: bt.Plan, paths):
     return (tuple(m_idx), tuple(g_idx)), diag, plan.padding()
 
 
-def plan_for(lay, paths) -> bt.Plan | None:
-    """The block order of ``M + rho G^T G`` for a tree layout and its closures' loops
-    (:func:`diffmb.block_tridiagonal.plan`), or ``None``: keep the dense factor."""
-    return _plan_for(lay, paths)
-
-
-#: See :func:`_plan_for`.
+#: See :func:`plan_for`.
 GRAM_SCATTER_EXTRA_US = 4e-3
 
 
 @functools.lru_cache(maxsize=64)
-def _plan_for(lay, paths):
+def plan_for(lay, paths) -> bt.Plan | None:
+    """The block order of ``M + rho G^T G`` for a tree layout and its closures' loops
+    (:func:`diffmb.block_tridiagonal.plan`), or ``None``: keep the dense factor (cached
+    per structure)."""
     nv = lay.nv
     if nv < bt.MIN_NV:
         return None
