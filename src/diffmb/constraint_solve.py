@@ -339,12 +339,10 @@ def factor(M, G: Blocks, kappa: float | None = None, plan: bt.Plan | None = None
         return _banded(M, G, kappa, plan)
     GtG = G.gram_lower()
     rho = _rho(M, jnp.diagonal(GtG), kappa)
+    # the factorisation reads the lower triangle only, and carries no derivative (derivatives
+    # go through _apply_inverse, with the full M and G)
     A = jnp.tril(M) + rho * GtG
-    # The factorisation reads the lower triangle only, but its derivative rule assumes a
-    # symmetric tangent: hand it the full matrix (a lower-only tangent gives gradients
-    # through M and G wrong at the 1e-4 level, corrected only partly by the refinement).
-    A = A + jnp.swapaxes(jnp.tril(A, -1), -1, -2)
-    chol = lax.linalg.cholesky(lax.stop_gradient(A), symmetrize_input=False)  # see _apply_inverse
+    chol = lax.linalg.cholesky(lax.stop_gradient(A), symmetrize_input=False)
     return DenseFactor(rho=rho, M=M, G=G, chol=chol)
 
 
