@@ -284,7 +284,7 @@ def explore(problem: Problem, *, verbose=False, stop=None, batched=None) -> nx.M
         xu = np.asarray(G.nodes[u]["state"])
         cands = _candidates(problem, xu)
         armed = ~sysm.pair_meets(xu, problem.params, problem.sensor_pairs, problem.align_tol)
-        p_node = problem.system.rebase_welds(xu, problem.params)
+        p_node = sysm.rebase_welds(xu, problem.params)
         plist = [_params_for(problem, p_node, act, ch, armed) for _, act, ch in cands]
         runs, ts = _run_candidates(problem, xu, plist, event, batched)
         for run, (labels, _, choice) in zip(runs, cands):
