@@ -37,6 +37,20 @@ def test_written_out_products_equal_the_reduced_ones():
     assert sp.contraction_form() == "reduce"
 
 
+def test_a_long_product_is_one_dot_and_a_short_one_a_fused_reduction():
+    """``spatial.mv``/``mtv``/``vdot`` of one product over more than ``REDUCED_MAX``
+    entries is a dot kernel (XLA's CPU reduction over a long axis loops per output
+    element), over fewer a multiply-and-reduce; the numbers are the product either way."""
+    rng = np.random.default_rng(1)
+    for n in (3, sp.REDUCED_MAX, sp.REDUCED_MAX + 1, 50):
+        A, x = rng.normal(size=(n, n)), rng.normal(size=n)
+        for f, ref in [(sp.mv, A @ x), (sp.mtv, A.T @ x)]:
+            np.testing.assert_allclose(f(A, x), ref, rtol=1e-13, atol=1e-13)
+            ops = [e.primitive.name for e in jax.make_jaxpr(f)(A, x).eqns]
+            assert ("dot_general" in ops) == (n > sp.REDUCED_MAX), (n, ops)
+        np.testing.assert_allclose(sp.vdot(x, x), x @ x, rtol=1e-13)
+
+
 @pytest.fixture(scope="module")
 def branched():
     """A floating base with every joint kind below it, branching (several bodies per level)."""

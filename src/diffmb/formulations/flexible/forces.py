@@ -10,6 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ... import spatial as sp
+
 
 def active_forces(system, xc, t, u, ws, rates, params):
     """Generalized active forces of P, D and K_G: on each w_i (``fw``) and u (``fu``).
@@ -47,12 +49,12 @@ def active_forces(system, xc, t, u, ws, rates, params):
         if not system.n_modes[i]:
             fw.append(fwj[i])
             continue
-        cq = -gq[i] - I["K"] @ q - I["C"] @ rates[i][1]
+        cq = -gq[i] - sp.mv(I["K"], q) - sp.mv(I["C"], rates[i][1])
         if system.geometric_stiffening:
             w = ws[i][:3]
             W = jnp.outer(w, w) - jnp.dot(w, w) * jnp.eye(3, dtype=w.dtype)
-            cq = cq - jnp.einsum("ab,abij->ij", W, I["KG"]) @ q
-        fomega = -jnp.einsum("aji,j,i->a", I["G"], q, I["Me_inv"] @ cq)
+            cq = cq - sp.mv(jnp.einsum("ab,abij->ij", W, I["KG"]), q)
+        fomega = -jnp.einsum("aji,j,i->a", I["G"], q, sp.mv(I["Me_inv"], cq))
         fw.append(fwj[i] + jnp.concatenate([fomega, jnp.zeros(3, q.dtype), cq]))
     return fw, fu
 

@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import spatial as sp
+
 
 def articulated(system, beta, own, fu, maps, params):
     nb = system.n_bodies
@@ -15,7 +17,7 @@ def articulated(system, beta, own, fu, maps, params):
     c = []
     for i in range(nb):
         A = maps[i][0]
-        c.append(beta[i] if A is None else beta[i] - A @ beta[system.parents[i]])
+        c.append(beta[i] if A is None else beta[i] - sp.mv(A, beta[system.parents[i]]))
     IA = [params["bodies"][i]["I"]["M0"] for i in range(nb)]
     pA = list(own)
     U, Dinv, uu, IAfull, pAfull = [None] * nb, [None] * nb, [None] * nb, [None] * nb, [None] * nb
@@ -35,24 +37,24 @@ def articulated(system, beta, own, fu, maps, params):
                                                 jnp.eye(D.shape[0], dtype=D.dtype))
                 Ia = IA[i] - Ui @ Di @ Ui.T
             U[i], Dinv[i] = Ui, Di
-            uu[i] = tau - S.T @ pA[i]
-            pa = pA[i] + Ia @ c[i] + Ui @ (Di @ uu[i])
+            uu[i] = tau - sp.mtv(S, pA[i])
+            pa = pA[i] + sp.mv(Ia, c[i]) + sp.mv(Ui, sp.mv(Di, uu[i]))
         else:
             Ia = IA[i]
-            pa = pA[i] + Ia @ c[i]
+            pa = pA[i] + sp.mv(Ia, c[i])
         p = system.parents[i]
         if p >= 0:
             IA[p] = IA[p] + A.T @ Ia @ A
-            pA[p] = pA[p] + A.T @ pa
+            pA[p] = pA[p] + sp.mtv(A, pa)
     a = [None] * nb
     udot = []
     for i in range(nb):
         A, S, _ = maps[i]
         p = system.parents[i]
-        ap = c[i] if p < 0 else A @ a[p] + c[i]
+        ap = c[i] if p < 0 else sp.mv(A, a[p]) + c[i]
         if ku[i]:
-            ud = Dinv[i] @ (uu[i] - U[i].T @ ap)
-            a[i] = ap + S @ ud
+            ud = sp.mv(Dinv[i], uu[i] - sp.mtv(U[i], ap))
+            a[i] = ap + sp.mv(S, ud)
             udot.append(ud)
         else:
             a[i] = ap
@@ -60,7 +62,7 @@ def articulated(system, beta, own, fu, maps, params):
     for i in range(nb):
         Sp = maps[i][2]
         if Sp is not None:
-            loads.append(Sp.T @ (IAfull[i] @ a[i] + pAfull[i]))
+            loads.append(sp.mtv(Sp, sp.mv(IAfull[i], a[i]) + pAfull[i]))
     ud = jnp.concatenate(udot) if udot else jnp.zeros(0)
     return ud, (jnp.concatenate(loads) if loads else jnp.zeros(0, ud.dtype))
 

@@ -20,13 +20,13 @@ def qdot_modal(I, w, q, s):
     """Eq. (2): ``q_dot = s - Me^-1 L(w, q)``."""
     if q.shape[0] == 0:
         return q
-    return s - I["Me_inv"] @ lam(I["G"], w, q)
+    return s - sp.mv(I["Me_inv"], lam(I["G"], w, q))
 
 
 def s_from_qdot(I, w, q, qd):
     if q.shape[0] == 0:
         return qd
-    return qd + I["Me_inv"] @ lam(I["G"], w, q)
+    return qd + sp.mv(I["Me_inv"], lam(I["G"], w, q))
 
 
 def gyro(I, wv):
@@ -34,15 +34,16 @@ def gyro(I, wv):
     w, v, s = wv[:3], wv[3:6], wv[6:]
     V = wv[:6]
     Isp = I["M0"][:6, :6]
-    rig = sp.cross_force(V, Isp @ V)
+    rig = sp.cross_force(V, sp.mv(Isp, V))
     if s.shape[0] == 0:
         return rig
     Ns = jnp.einsum("aib,i->ab", I["N"], s)
-    As = I["A"] @ s
-    gw = w * jnp.dot(I["d"], s) - Ns @ w
+    As = sp.mv(I["A"], s)
+    gw = w * jnp.dot(I["d"], s) - sp.mv(Ns, w)
     gv = sp.cross(w, As)
     Gw = jnp.einsum("a,aji->ij", w, I["G"])
-    gs = I["A"].T @ sp.cross(w, v) + jnp.einsum("aib,a,b->i", I["N"], w, w) - I["d"] * jnp.dot(w, w) + Gw @ s
+    gs = (sp.mtv(I["A"], sp.cross(w, v)) + jnp.einsum("aib,a,b->i", I["N"], w, w) - I["d"] * jnp.dot(w, w)
+          + sp.mv(Gw, s))
     return jnp.concatenate([rig[:3] + gw, rig[3:] + gv, gs])
 
 
@@ -56,7 +57,7 @@ def deformation_moment(I, q, wv):
         return jnp.zeros(3, wv.dtype)
     w, v, s = wv[:3], wv[3:6], wv[6:]
     Nq = jnp.einsum("aib,i->ab", I["N"], q)
-    return (sp.cross(I["A"] @ q, v) + w * jnp.dot(I["d"], q) - Nq.T @ w
+    return (sp.cross(sp.mv(I["A"], q), v) + w * jnp.dot(I["d"], q) - sp.mtv(Nq, w)
             + jnp.einsum("aji,j,i->a", I["G"], q, s))
 
 

@@ -182,41 +182,41 @@ class FlexibleSystem(System):
             w_par, v_par, s_par = w_p[:3], w_p[3:6], w_p[6:]
             qd_p = qdot_modal(I_p, w_par, q_p, s_par)
             if q_p.shape[0]:
-                r_h = P["pos"] + P["phi_h"] @ q_p
-                sig = (P["psi_h"] @ q_p) / 4.0
+                r_h = P["pos"] + sp.mv(P["phi_h"], q_p)
+                sig = sp.mv(P["psi_h"], q_p) / 4.0
                 E_hp = sp.mrp_to_dcm(sig)
-                w_rel = (4.0 / (1.0 + jnp.dot(sig, sig)) ** 2) * (sp.mrp_B(sig).T @ (P["psi_h"] @ qd_p))
-                vh_p = v_par + sp.cross(w_par, r_h) + P["phi_h"] @ qd_p
+                w_rel = (4.0 / (1.0 + jnp.dot(sig, sig)) ** 2) * sp.mtv(sp.mrp_B(sig), sp.mv(P["psi_h"], qd_p))
+                vh_p = v_par + sp.cross(w_par, r_h) + sp.mv(P["phi_h"], qd_p)
             else:
                 r_h = P["pos"]
                 E_hp = jnp.eye(3, dtype=dt)
                 w_rel = jnp.zeros(3, dt)
                 vh_p = v_par + sp.cross(w_par, r_h)
             E_Jp = EJ @ E_hp
-            wh = EJ @ (E_hp @ w_par + w_rel)
-            vh = E_Jp @ vh_p
+            wh = sp.mv(EJ, sp.mv(E_hp, w_par) + w_rel)
+            vh = sp.mv(E_Jp, vh_p)
         eff = self.speeds == "efficient"
         if k == "free":
             sig = qj[:3]
             E = sp.mrp_to_dcm(sig)
             if eff:
                 w, v = uj[:3], uj[3:]
-                rates = jnp.concatenate([sp.mrp_B(sig) @ w, E.T @ v])
+                rates = jnp.concatenate([sp.mv(sp.mrp_B(sig), w), sp.mtv(E, v)])
             else:
-                w, v = binv(sig) @ uj[:3], E @ uj[3:]
+                w, v = sp.mv(binv(sig), uj[:3]), sp.mv(E, uj[3:])
                 rates = uj
             E_cJ = E
         elif k == "spherical":
             sig = qj
             E_cJ = sp.mrp_to_dcm(sig)
-            wh_c = E_cJ @ wh
+            wh_c = sp.mv(E_cJ, wh)
             if eff:
                 w = uj
-                rates = sp.mrp_B(sig) @ (uj - wh_c)
+                rates = sp.mv(sp.mrp_B(sig), uj - wh_c)
             else:
-                w = wh_c + binv(sig) @ uj
+                w = wh_c + sp.mv(binv(sig), uj)
                 rates = uj
-            v = E_cJ @ vh
+            v = sp.mv(E_cJ, vh)
         else:
             ang = self.joint_angles(i, qj, th_p)
             a1 = P["axis"]
@@ -227,7 +227,7 @@ class FlexibleSystem(System):
                 E1 = sp.axis_angle_dcm(a1, ang[0])
                 E2 = sp.axis_angle_dcm(P["axis2"], ang[1])
                 E_cJ = E2 @ E1
-                H = [a1, E1.T @ P["axis2"]]
+                H = [a1, sp.mtv(E1, P["axis2"])]
             thd = [None] * len(H)
             for d, val in thd_p.items():
                 thd[d] = val
@@ -236,8 +236,8 @@ class FlexibleSystem(System):
             w_J = wh
             for d in range(len(H)):
                 w_J = w_J + H[d] * thd[d]
-            w = E_cJ @ w_J
-            v = E_cJ @ vh
+            w = sp.mv(E_cJ, w_J)
+            v = sp.mv(E_cJ, vh)
             rates = jnp.stack([thd[d] for d in self.free_dofs[i]]) if self.free_dofs[i] else jnp.zeros(0, dt)
         s = ue if eff else s_from_qdot(I, w, qi, ue)
         wi = jnp.concatenate([w, v, s])
@@ -267,11 +267,11 @@ class FlexibleSystem(System):
             rates.append((jr, qr))
             if p < 0:
                 E_w = E_cp
-                r_w = r_h + (P["rot"].T @ cb[i][0][3:] if self.kinds[i] == "free" else 0.0 * r_h)
+                r_w = r_h + (sp.mtv(P["rot"], cb[i][0][3:]) if self.kinds[i] == "free" else 0.0 * r_h)
             else:
                 Ep, rp = poses[p]
                 E_w = E_cp @ Ep
-                r_w = rp + Ep.T @ r_h
+                r_w = rp + sp.mtv(Ep, r_h)
             poses.append((E_w, r_w))
         return ws, rates, poses
 
@@ -288,8 +288,8 @@ class FlexibleSystem(System):
             I = params["bodies"][i]["I"]
             q = cb[i][1]
             E, r = poses[i]
-            c1 = I["c"] + (I["A"] @ q if q.shape[0] else 0.0)
-            P = P - jnp.dot(g, I["m"] * r + E.T @ c1)
+            c1 = I["c"] + (sp.mv(I["A"], q) if q.shape[0] else 0.0)
+            P = P - jnp.dot(g, I["m"] * r + sp.mtv(E, c1))
         return P
 
     def potential(self, xc, t, params):
@@ -298,11 +298,11 @@ class FlexibleSystem(System):
         for i in range(self.n_bodies):
             q = cb[i][1]
             if q.shape[0]:
-                P = P + 0.5 * q @ (params["bodies"][i]["I"]["K"] @ q)
+                P = P + 0.5 * sp.vdot(q, sp.mv(params["bodies"][i]["I"]["K"], q))
         return P
 
     def kinetic(self, ws, params):
-        return sum(0.5 * w @ (params["bodies"][i]["I"]["M0"] @ w) for i, w in enumerate(ws))
+        return sum(0.5 * sp.vdot(w, sp.mv(params["bodies"][i]["I"]["M0"], w)) for i, w in enumerate(ws))
 
     # ---------------------------------------------------------------- dynamics
     def _ext(self, t, params):
@@ -372,7 +372,8 @@ class FlexibleSystem(System):
             for i, w in enumerate(ws):
                 E, r = poses[i]
                 I = params["bodies"][i]["I"]
-                hb = I["M0"][:6] @ w + jnp.concatenate([deformation_moment(I, cb[i][1], w), jnp.zeros(3, w.dtype)])
+                hb = sp.mv(I["M0"][:6], w) + jnp.concatenate([deformation_moment(I, cb[i][1], w),
+                                                              jnp.zeros(3, w.dtype)])
                 hk = sp.xform_force_T(E, r, hb)
                 h, scale = h + hk, scale + sp.safe_norm(hk[:3])
             out["angular_momentum"] = h[:3]
@@ -383,7 +384,7 @@ class FlexibleSystem(System):
             out["attitude_angle"] = 4.0 * jnp.arctan(sp.safe_norm(sig))
         cb = self.blocks(xc)
         for n, (label, b) in enumerate(self.outputs):
-            out[label] = params["outputs"][n] @ cb[b][1]
+            out[label] = sp.mv(params["outputs"][n], cb[b][1])
         if self.has_clock:
             out["load"] = self.solve(t, x, params)[1]
         return out
