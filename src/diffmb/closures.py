@@ -308,7 +308,8 @@ def jacobian_blocks(ws, nodes) -> tuple:
     out = []
     for bk in nodes.buckets:
         cols = S[bk.dofs] * jnp.asarray(bk.signs[..., None], dt)              # (P_b, L, 6)
-        out.append(cp.with_jacobian_rows(nodes, bk, jnp.einsum("kij,klj->kil", X[bk.ids], cols), slopes))
+        rows = sp.mm(X[bk.ids], jnp.swapaxes(cols, -1, -2))
+        out.append(cp.with_jacobian_rows(nodes, bk, rows, slopes))
     return tuple(out)
 
 

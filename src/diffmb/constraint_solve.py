@@ -43,6 +43,7 @@ import numpy as np
 from jax import lax
 
 from . import block_tridiagonal as bt
+from . import spatial as sp
 from .closures import buckets
 
 #: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring), by
@@ -103,37 +104,45 @@ class Blocks(eqx.Module):
         """``G^T y`` for ``y (P, 6)``."""
         if self.dense is not None:
             return jnp.einsum("kin,ki->n", self.dense, y)
-        c = [jnp.einsum("kil,ki->kl", B, y[bk.ids]).reshape(-1) for bk, B in zip(self.buckets, self.blocks)]
+        c = [sp.mtv(B, y[bk.ids]).reshape(-1) for bk, B in zip(self.buckets, self.blocks)]
         d = np.concatenate([bk.dofs.reshape(-1) for bk in self.buckets])
         return jnp.zeros(self.nv + 1, y.dtype).at[d].add(jnp.concatenate(c))[: self.nv]
 
     def gram_lower(self):
         """The lower triangle of ``G^T G (nv, nv)`` (upper triangle zero), block by block:
-        only the entries a Cholesky factorisation reads are summed."""
+        only the entries a Cholesky factorisation reads are summed, by one scatter sorted
+        by destination."""
         if self.dense is not None:
             G = self.dense.reshape(-1, self.nv)
             return jnp.tril(G.T @ G)
-        vals, (rows, cols) = [], _lower_pairs(self.paths, self.nv)
-        for (sel, _), B in zip(_lower_sel(self.paths, self.nv), self.blocks):
-            G2 = jnp.einsum("kil,kim->klm", B, B).reshape(-1)
-            vals.append(G2[sel])
-        out = jnp.zeros((self.nv + 1, self.nv + 1), self.blocks[0].dtype)
-        return out.at[rows, cols].add(jnp.concatenate(vals))[: self.nv, : self.nv]
+        take, into = _lower_scatter(self.paths, self.nv)
+        out = jnp.zeros(self.nv * self.nv, self.blocks[0].dtype)
+        out = out.at[into].add(self._gram_products()[take], indices_are_sorted=True, mode="promise_in_bounds")
+        return out.reshape(self.nv, self.nv)
 
     def gram_values(self):
         """``G^T G`` on its nonzero lower pairs (:func:`_gram_pairs`'s order), summed by
         gathers instead of a scatter: each pair's contributions (one per loop through
         both joints) are gathered into a row of a table of their count, padded to a
         power of two, and the rows summed."""
-        parts = [jnp.einsum("kil,kim->klm", B, B).reshape(-1)[sel] for (sel, _), B in
-                 zip(_lower_sel(self.paths, self.nv), self.blocks)]
-        flat = jnp.concatenate(parts + [jnp.zeros(1, self.blocks[0].dtype)])
+        pos, _, _ = _lower_entries(self.paths, self.nv)
+        flat = jnp.concatenate([self._gram_products()[pos], jnp.zeros(1, self.blocks[0].dtype)])
         return jnp.concatenate([flat[idx].sum(axis=1) for idx in _gram_pairs(self.paths, self.nv)[1]])
+
+    def _gram_products(self):
+        """Every block's ``B_k^T B_k``, flattened and concatenated (:func:`_lower_entries`
+        indexes into it)."""
+        return jnp.concatenate([_gram_blocks(B).reshape(-1) for B in self.blocks])
 
     def gram(self):
         """``G^T G (nv, nv)``."""
         Lw = self.gram_lower()
         return Lw + Lw.T - jnp.diag(jnp.diagonal(Lw))
+
+
+def _gram_blocks(B):
+    """``B_k^T B_k (P, L, L)`` of blocks ``(P, 6, L)``."""
+    return sp.mm(jnp.swapaxes(B, -1, -2), B)
 
 
 def _densify(blocks, paths, nv):
@@ -175,8 +184,8 @@ def _gram_pairs(paths, nv):
     """``(keys, tables)``: the distinct lower pairs ``(i, j)`` of ``G^T G`` as keys
     ``i (nv + 1) + j``, in the order :meth:`Blocks.gram_values` returns them, and per
     group of pairs with at most ``2^g`` contributions a ``(pairs, 2^g)`` table of their
-    positions among :func:`_lower_pairs` (padding: one past the end, a zero)."""
-    rows, cols = _lower_pairs(paths, nv)
+    positions among :func:`_lower_entries` (padding: one past the end, a zero)."""
+    _, rows, cols = _lower_entries(paths, nv)
     flat = rows.astype(np.int64) * (nv + 1) + cols
     uniq, inv, counts = np.unique(flat, return_inverse=True, return_counts=True)
     by_pair = np.argsort(inv, kind="stable")
@@ -193,6 +202,28 @@ def _gram_pairs(paths, nv):
             tables.append(table)
         lo = hi
     return np.concatenate(keys) if keys else np.zeros(0, np.int64), tuple(tables)
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_entries(paths, nv):
+    """``(positions, rows, cols)``: the contributions to ``G^T G`` on or below the diagonal,
+    as positions in :meth:`Blocks._gram_products` and their ``(row, column)``."""
+    sizes = [bk.dofs.size * bk.dofs.shape[1] for bk in _buckets(paths, nv)]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    pos = np.concatenate([st + sel for st, (sel, _) in zip(starts, _lower_sel(paths, nv))]).astype(np.int32)
+    rows, cols = _lower_pairs(paths, nv)
+    return pos, rows, cols
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_scatter(paths, nv):
+    """``(take, into)``: the lower contributions' positions in
+    :meth:`Blocks._gram_products` and their flat destinations ``i nv + j``, sorted by
+    destination."""
+    pos, rows, cols = _lower_entries(paths, nv)
+    into = rows.astype(np.int64) * nv + cols
+    order = np.argsort(into, kind="stable")
+    return pos[order], into[order].astype(np.int32)
 
 
 @functools.lru_cache(maxsize=256)

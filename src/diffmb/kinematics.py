@@ -98,12 +98,14 @@ def kinematics(model, q, qd=None) -> Kinematics:
     E, r = treescan.compose_poses(lay, E_loc, r_loc)
     b = lay.dof_body
     S = sp.xform_motion_inv(E[b], r[b], S_child)
-    if sp.contraction_form() == "written":
-        # a batch on a CPU: about the world origin from the mass, the world centre of mass
-        # and the rotated central inertia, two 3x3 products instead of the seven of X^T I X
-        # (32 bodies x 128 states: 250 against 540 us). One state keeps X^T I X, whose
-        # float32 round-off the float32 checks were measured with (fold-4panel's momentum:
-        # 1.0e-5 of its scale against 1.07e-5 for the shorter form).
+    if sp.writes_out(3, E.shape):
+        # a batch on a CPU, or a large tree: about the world origin from the mass, the world
+        # centre of mass and the rotated central inertia, two 3x3 products instead of the
+        # seven of X^T I X (32 bodies x 128 states: 250 against 540 us; the 20 x 20 map
+        # fold's vector field, 401 bodies: 1.5-1.6 against 1.7-1.8 ms). One state of a
+        # small tree keeps X^T I X, whose float32 round-off the float32 checks were
+        # measured with (fold-4panel's momentum: 1.0e-5 of its scale against 1.07e-5 for
+        # the shorter form).
         com = r + sp.mtv(E, model.com)
         inertia = sp.spatial_inertia(model.mass, com, sp.mm(jnp.swapaxes(E, -1, -2), sp.mm(model.inertia, E)))
     else:

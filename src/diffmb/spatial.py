@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -105,8 +106,22 @@ def jit_per_form(fn):
     return functools.wraps(fn)(lambda *args: jitted(contraction_form(), *args))
 
 
-def _short(n):
-    return _FORM.get() == "written" and n <= WRITTEN_OUT_MAX
+#: A short contraction with at least this many results is written out in either form. XLA's
+#: CPU backend turns a large reduced one into a batched dot (a YNNPACK kernel) that runs
+#: at a fraction of the elementwise chain's speed: the 20 x 20 map fold's 400 rotated
+#: inertias (3 x 3) or its closure Gram blocks. One map-fold vector field, reduce / with
+#: this rule: 20 x 20 2.1-3.1 / 1.5-1.6 ms; 10 x 10 RK4 step 1,011-1,212 / 894-960 us.
+#: A few bodies (fold-4panel, at most a few dozen results per product) keep the reduced
+#: form, with fewer kernels.
+WRITTEN_OUT_MIN_RESULTS = 256
+
+
+def writes_out(n: int, out_shape=()) -> bool:
+    """Whether a contraction over an axis of ``n`` with results ``out_shape`` is traced
+    written out: short, and in the ``"written"`` form or with many results."""
+    if n > WRITTEN_OUT_MAX:
+        return False
+    return _FORM.get() == "written" or math.prod(out_shape) >= WRITTEN_OUT_MIN_RESULTS
 
 
 def _long(A, x, axis=-1):
@@ -128,7 +143,7 @@ def vdot(a, b):
     """``sum(a * b, -1)`` over the last axis (broadcasting the others)."""
     if _long(a, b):
         return a @ b
-    if not _short(a.shape[-1]):
+    if not writes_out(a.shape[-1], jnp.broadcast_shapes(a.shape[:-1], b.shape[:-1])):
         return jnp.sum(a * b, axis=-1)
     return _terms(a, b, -1, -1)
 
@@ -137,7 +152,7 @@ def mv(A, x):
     """Matrix-vector product ``A @ x`` (no batched dot kernels)."""
     if _long(A, x):
         return A @ x
-    if not _short(A.shape[-1]):
+    if not writes_out(A.shape[-1], jnp.broadcast_shapes(A.shape[:-1], x.shape[:-1] + (1,))):
         return jnp.sum(A * x[..., None, :], axis=-1)
     return _terms(A, x[..., None, :], -1, -1)
 
@@ -146,14 +161,14 @@ def mtv(A, x):
     """``A.T @ x``."""
     if _long(A, x, -2):
         return x @ A
-    if not _short(A.shape[-2]):
+    if not writes_out(A.shape[-2], jnp.broadcast_shapes(A.shape[:-2] + A.shape[-1:], x.shape[:-1] + (1,))):
         return jnp.sum(A * x[..., :, None], axis=-2)
     return _terms(A, x[..., :, None], -2, -2)
 
 
 def mm(A, B):
     """Matrix-matrix product (small matrices only)."""
-    if not _short(A.shape[-1]):
+    if not writes_out(A.shape[-1], jnp.broadcast_shapes(A.shape[:-1] + (1,), B.shape[:-2] + (1, B.shape[-1]))):
         return jnp.sum(A[..., :, :, None] * B[..., None, :, :], axis=-2)
     return _terms(A[..., :, :, None], B[..., None, :, :], -2, -2)
 
