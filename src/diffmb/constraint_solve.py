@@ -42,8 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import block_tridiagonal as bt
-from . import spatial as sp
+from . import block_tridiagonal as bt, spatial as sp
 from .closures import buckets
 
 #: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring), by
