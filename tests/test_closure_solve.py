@@ -230,3 +230,64 @@ def test_solver_needs_no_rank_decision_at_the_folded_flat_state():
     res = np.abs(np.asarray(residual)).max()
     assert res < 1e-9, res
     assert float(rank) < len(nodes.rows)
+
+
+@jax.jit
+def _products(G, D, x, y):
+    """``(G x, G^T y, lower G^T G, G^T G on its pairs)`` from the blocks, and the same from
+    the dense ``D``."""
+    D2 = D.T @ D
+    keys, _ = solve._gram_pairs(G.paths, G.nv)
+    i, j = keys // (G.nv + 1), keys % (G.nv + 1)
+    return ((G.apply(x).reshape(-1), G.apply_T(y), G.gram_lower(), G.gram_values()),
+            (D @ x, D.T @ y.reshape(-1), jnp.tril(D2), D2[i, j]))
+
+
+def _grouped_products_match(G, D, seed=0):
+    rng = np.random.default_rng(seed)
+    x, y = jnp.asarray(rng.standard_normal(G.nv)), jnp.asarray(rng.standard_normal((G.P, 6)))
+    for a, b in zip(*_products(G, D, x, y)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14 * np.abs(np.asarray(b)).max())
+
+
+def test_nested_loops_share_one_block_of_the_gram_matrix():
+    """A 4x4 map fold's closures, three per column pair, have nested loops (each row's loop
+    holds the one below it): they form one group per pair, whose G^T G is summed over its
+    rows before it is added into the matrix. Every product of G through the groups equals
+    the dense Jacobian's."""
+    system, p, q, qd = _case("map4x4", 0)
+    model, nodes = p["model"], p["closures"]
+    groups = cl.loop_groups(nodes.paths)
+    assert sorted(len(m) for _, m in groups) == [3, 3, 3]
+    for lead, members in groups:
+        assert all(set(nodes.paths[k][0]) <= set(nodes.paths[lead][0]) for k in members)
+    ws = kinematics(model, q, qd)
+    G = solve.Blocks(cs.blocks(ws, nodes, model.nv).blocks, nodes.paths, model.nv, dense=False)
+    _grouped_products_match(G, cl.dense_jacobian(G.blocks, nodes, model.nv))
+
+
+def test_a_coupling_inside_a_loop_joins_its_group():
+    """The four-bar with a gear between its crank and coupler (both on the loop): the
+    coupling's row is placed at its joints' columns of the loop's group, ``e_y - p'(q_x)
+    e_x``, and the node pair's rows are the four-bar's own."""
+    from diffmb.couplings import coupling
+    from diffmb.scenarios.fourbar import B as LB, C as LC
+
+    four = fourbar_system(0.3, 2.0)
+    p = four.default_params()
+    model, alone = p["model"], p["closures"]
+    hinge = dict(name="B", body_a=model.body_index("coupler"), body_b=model.body_index("rocker"), kind="hinge",
+                 axis=2, rot_a=np.eye(3), pos_a=(LB, 0, 0), rot_b=np.eye(3), pos_b=(LC, 0, 0))
+    coef = (0.1, 0.5, -0.2)
+    nodes = cl.loop_closures(model, [hinge, coupling("gear", 1, 0, coef)])
+    assert cl.loop_groups(nodes.paths) == ((0, (0, 1)),)
+    q, qd = p["q0"], p["qd0"]
+    D = np.asarray(cl.dense_jacobian(cl.jacobian_blocks(kinematics(model, q, qd), nodes), nodes, model.nv))
+    D_alone = np.asarray(cl.jacobian(model, q, alone, rows=np.arange(6)))
+    np.testing.assert_allclose(D[:6], D_alone, rtol=0, atol=1e-15)
+    slope = coef[1] + 2 * coef[2] * float(q[0])
+    np.testing.assert_allclose(D[6], [-slope, 1.0, 0.0], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(D[7:], 0.0)
+    ws = kinematics(model, q, qd)
+    G = solve.Blocks(cl.jacobian_blocks(ws, nodes), nodes.paths, model.nv, dense=False)
+    _grouped_products_match(G, jnp.asarray(D))

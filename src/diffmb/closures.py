@@ -126,55 +126,103 @@ def loop_paths(lay, closures) -> tuple:
 
 @dataclass(frozen=True, eq=False)
 class Bucket:
-    """Closures ``ids (P_b,)`` whose loops are padded to one length: ``dofs (P_b, L)``
-    (padding ``nv``, a zero column) and ``signs (P_b, L)`` (padding 0)."""
+    """Closures ``ids (P_b,)`` in groups that share one list of joints, padded to one
+    length: ``dofs (P_b, L)`` the joints of each closure's group (padding ``nv``, a zero
+    column), ``signs (P_b, L)`` the closure's own signs on them (0 off its loop), and
+    ``groups (G_b, K_b)`` each group's rows in the bucket (padding ``P_b``, a zero block),
+    in order: ``contiguous`` when they are ``arange(P_b).reshape(G_b, K_b)``."""
 
     ids: np.ndarray
     dofs: np.ndarray
     signs: np.ndarray
+    groups: np.ndarray
+
+    @property
+    def contiguous(self) -> bool:
+        return self.groups.size == len(self.ids) and bool((self.groups.reshape(-1) == np.arange(len(self.ids))).all())
+
+    @property
+    def group_dofs(self) -> np.ndarray:
+        """``(G_b, L)``: each group's joints."""
+        return self.dofs[self.groups[:, 0]]
 
 
 MAX_BUCKETS = 4
 
 
 @functools.lru_cache(maxsize=256)
+def loop_groups(paths: tuple) -> tuple:
+    """Closures whose loops lie within a longer loop's joints, grouped with it: ``((leader,
+    members), ...)``, the leader's joints the group's (each member's block spans them).
+    ``G^T G`` is summed per group, one product over the group's rows, before its entries
+    are added into the matrix: a group of nested loops (the nine closures of one column
+    pair of a 10 x 10 map fold) adds its lower triangle once instead of once per loop
+    (1,710 entries against 6,426). Measured per RK4 step against MuJoCo in the same runs,
+    every nested loop grouped / only those covering half the group's joints / none:
+    10 x 10 0.79-0.80x / 0.89-0.92x / 1.05-1.18x, 20 x 20 0.70-0.72x / 0.65-0.74x /
+    0.92-0.93x."""
+    sets = [frozenset(d) for d, _ in paths]
+    order = sorted(range(len(paths)), key=lambda k: (-len(paths[k][0]), k))
+    groups = []
+    for k in order:
+        for lead, members in groups:
+            if sets[k] <= sets[lead]:
+                members.append(k)
+                break
+        else:
+            groups.append((k, [k]))
+    return tuple((lead, tuple(members)) for lead, members in groups)
+
+
+@functools.lru_cache(maxsize=256)
 def buckets(paths: tuple, nv: int) -> tuple:
-    """Group closures by loop length into at most :data:`MAX_BUCKETS` buckets, choosing the
-    split that minimises the padded work ``sum_b P_b L_b^2`` (the cost of ``G^T G``)."""
-    lengths = np.array([max(1, len(d)) for d, _ in paths])
-    order = np.argsort(lengths, kind="stable")
-    Ls = lengths[order]
-    uniq, counts = np.unique(Ls, return_counts=True)
-    start = np.concatenate([[0], np.cumsum(counts)])
-    U = len(uniq)
-    # dp[b][u]: least padded work of the closures of the first u lengths in b buckets
+    """Closure groups (:func:`loop_groups`) by length into at most :data:`MAX_BUCKETS`
+    buckets, choosing the split (of the groups sorted by length) that minimises the padded
+    work ``sum_b G_b K_b L_b^2`` (the cost of ``G^T G``)."""
+    groups = loop_groups(paths)
+    L = np.array([max(1, len(paths[lead][0])) for lead, _ in groups])
+    K = np.array([len(m) for _, m in groups])
+    order = np.argsort(L, kind="stable")
+    Ls, Ks, n = L[order], K[order], len(groups)
+
+    # dp[b][u]: least padded work of the first u groups (by length) in b buckets
     INF = float("inf")
-    dp = [[INF] * (U + 1) for _ in range(MAX_BUCKETS + 1)]
-    cut = [[0] * (U + 1) for _ in range(MAX_BUCKETS + 1)]
+    dp = [[INF] * (n + 1) for _ in range(MAX_BUCKETS + 1)]
+    cut = [[0] * (n + 1) for _ in range(MAX_BUCKETS + 1)]
     dp[0][0] = 0.0
     for b in range(1, MAX_BUCKETS + 1):
-        for u in range(1, U + 1):
-            for v in range(u):
-                cost = dp[b - 1][v] + (start[u] - start[v]) * float(uniq[u - 1]) ** 2
-                if cost < dp[b][u]:
-                    dp[b][u], cut[b][u] = cost, v
-    b = min(range(1, MAX_BUCKETS + 1), key=lambda k: (dp[k][U], k))
-    edges, u = [], U
+        for u in range(1, n + 1):
+            depth = 0
+            for v in range(u - 1, -1, -1):
+                depth = max(depth, int(Ks[v]))
+                c = dp[b - 1][v] + (u - v) * depth * float(Ls[u - 1]) ** 2
+                if c < dp[b][u]:
+                    dp[b][u], cut[b][u] = c, v
+    b = min(range(1, MAX_BUCKETS + 1), key=lambda k: (dp[k][n], k))
+    edges, u = [], n
     while b > 0:
         v = cut[b][u]
-        edges.append((int(start[v]), int(start[u])))
+        edges.append((v, u))
         u, b = v, b - 1
     out = []
-    for j, i in reversed(edges):
-        ids = order[j:i]
-        L = int(Ls[i - 1])
-        dofs = np.full((len(ids), L), nv, np.int32)
-        signs = np.zeros((len(ids), L))
-        for r, k in enumerate(ids):
-            d, sg = paths[k]
-            dofs[r, : len(d)] = d
-            signs[r, : len(d)] = sg
-        out.append(Bucket(ids.astype(np.int32), dofs, signs))
+    for v, u in reversed(edges):
+        members = [groups[g] for g in order[v:u]]
+        width, depth = int(Ls[u - 1]), int(Ks[v:u].max())
+        ids = np.array([k for _, m in members for k in m], np.int32)
+        dofs = np.full((len(ids), width), nv, np.int32)
+        signs = np.zeros((len(ids), width))
+        table = np.full((len(members), depth), len(ids), np.int32)
+        r = 0
+        for g, (lead, m) in enumerate(members):
+            lead_dofs = paths[lead][0]
+            place = {j: c for c, j in enumerate(lead_dofs)}
+            for i, k in enumerate(m):
+                dofs[r, : len(lead_dofs)] = lead_dofs
+                for j, sg in zip(*paths[k]):
+                    signs[r, place[j]] = sg
+                table[g, i] = r
+                r += 1
+        out.append(Bucket(ids, dofs, signs, table))
     return tuple(out)
 
 

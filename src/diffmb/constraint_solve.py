@@ -103,8 +103,8 @@ class Blocks(eqx.Module):
         """``G^T y`` for ``y (P, 6)``."""
         if self.dense is not None:
             return jnp.einsum("kin,ki->n", self.dense, y)
-        c = [sp.mtv(B, y[bk.ids]).reshape(-1) for bk, B in zip(self.buckets, self.blocks)]
-        d = np.concatenate([bk.dofs.reshape(-1) for bk in self.buckets])
+        c = [_per_group(bk, sp.mtv(B, y[bk.ids])).sum(1).reshape(-1) for bk, B in zip(self.buckets, self.blocks)]
+        d = np.concatenate([bk.group_dofs.reshape(-1) for bk in self.buckets])
         return jnp.zeros(self.nv + 1, y.dtype).at[d].add(jnp.concatenate(c))[: self.nv]
 
     def gram_lower(self):
@@ -129,9 +129,9 @@ class Blocks(eqx.Module):
         return jnp.concatenate([flat[idx].sum(axis=1) for idx in _gram_pairs(self.paths, self.nv)[1]])
 
     def _gram_products(self):
-        """Every block's ``B_k^T B_k``, flattened and concatenated (:func:`_lower_entries`
-        indexes into it)."""
-        return jnp.concatenate([_gram_blocks(B).reshape(-1) for B in self.blocks])
+        """Every closure group's ``sum_k B_k^T B_k`` on its joints, flattened and
+        concatenated (:func:`_lower_entries` indexes into it)."""
+        return jnp.concatenate([_gram_blocks(bk, B).reshape(-1) for bk, B in zip(self.buckets, self.blocks)])
 
     def gram(self):
         """``G^T G (nv, nv)``."""
@@ -139,9 +139,21 @@ class Blocks(eqx.Module):
         return Lw + Lw.T - jnp.diag(jnp.diagonal(Lw))
 
 
-def _gram_blocks(B):
-    """``B_k^T B_k (P, L, L)`` of blocks ``(P, 6, L)``."""
-    return sp.mm(jnp.swapaxes(B, -1, -2), B)
+def _per_group(bk, a):
+    """A bucket's per-closure rows ``a (P_b, ...)`` as ``(G_b, K_b, ...)`` by group (padding
+    zero)."""
+    G, K = bk.groups.shape
+    if bk.contiguous:
+        return a.reshape((G, K) + a.shape[1:])
+    return jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])[bk.groups]
+
+
+def _gram_blocks(bk, B):
+    """``sum_k B_k^T B_k (G_b, L, L)`` over each group's closures, blocks ``B (P_b, 6, L)``:
+    one product over the group's ``6 K_b`` rows."""
+    R = _per_group(bk, B)
+    R = R.reshape(R.shape[0], -1, R.shape[-1])
+    return jnp.einsum("gru,grv->guv", R, R)
 
 
 def _densify(blocks, paths, nv):
@@ -167,10 +179,11 @@ def _closure_order(paths, nv):
 
 @functools.lru_cache(maxsize=256)
 def _lower_sel(paths, nv):
-    """Per bucket the flat positions in ``(P_b, L, L)`` of pairs on or below the diagonal."""
+    """Per bucket the flat positions in ``(G_b, L, L)`` (:func:`_gram_blocks`) of pairs on or
+    below the diagonal, and those pairs."""
     out = []
     for bk in _buckets(paths, nv):
-        d = bk.dofs
+        d = bk.group_dofs
         i, j = d[:, :, None], d[:, None, :]
         keep = (i >= j) & (i < nv) & (j < nv)
         out.append((np.flatnonzero(keep.reshape(-1)).astype(np.int32),
@@ -207,7 +220,7 @@ def _gram_pairs(paths, nv):
 def _lower_entries(paths, nv):
     """``(positions, rows, cols)``: the contributions to ``G^T G`` on or below the diagonal,
     as positions in :meth:`Blocks._gram_products` and their ``(row, column)``."""
-    sizes = [bk.dofs.size * bk.dofs.shape[1] for bk in _buckets(paths, nv)]
+    sizes = [bk.group_dofs.size * bk.dofs.shape[1] for bk in _buckets(paths, nv)]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     pos = np.concatenate([st + sel for st, (sel, _) in zip(starts, _lower_sel(paths, nv))]).astype(np.int32)
     rows, cols = _lower_pairs(paths, nv)
@@ -410,8 +423,12 @@ def _storage(plan: bt.Plan, paths):
     return (tuple(m_idx), tuple(g_idx)), diag, plan.padding()
 
 
-#: See :func:`plan_for`.
-GRAM_SCATTER_EXTRA_US = 4e-3
+#: What the dense route costs per entry of an ``nv x nv`` matrix beyond its factor and
+#: solves (:func:`plan_for`): the Gram's scatter into a zero matrix, ``M + rho G^T G``,
+#: the dense ``M x``. Fitted on the map folds' vector fields (2-core CPU), blocks / dense:
+#: 14 x 14 (nv = 201) 580-667 / 692-877 us, 20 x 20 (405) 1,500 / 2,957-3,187 us, where
+#: the factor-and-solve model alone put the 14 x 14's dense route 84 us ahead.
+DENSE_ENTRY_US = 4e-3
 
 
 @functools.lru_cache(maxsize=64)
@@ -426,9 +443,7 @@ def plan_for(lay, paths) -> bt.Plan | None:
     for dofs, _ in paths:
         d = np.asarray(dofs, np.int64)
         adj[np.ix_(d, d)] = True
-    # The dense route sums G^T G by a scatter, the blocks by gathers: 4 ns more per
-    # contribution (20 x 20 map fold, 105k contributions: 1.21 against 0.78 ms).
-    return bt.plan(adj, dense_extra_us=GRAM_SCATTER_EXTRA_US * len(_lower_pairs(paths, nv)[0]))
+    return bt.plan(adj, dense_extra_us=DENSE_ENTRY_US * nv * nv)
 
 
 def numerical_rank(M, G: Blocks, tol: float = 1e-8):

@@ -101,15 +101,21 @@ def slopes(ws, nodes):
     return _poly(nodes, ids, x, _at_x(ws.q, x))[1] if ids.size else None
 
 
+def _columns(bucket, rows, dofs):
+    """The column of joint ``dofs[i]`` in the bucket's row ``rows[i]``."""
+    return np.array([int(np.flatnonzero(bucket.dofs[r] == j)[0]) for r, j in zip(rows, dofs)], np.int32)
+
+
 def with_jacobian_rows(nodes, bucket, B, slopes):
     """A bucket's Jacobian blocks ``B (P_b, 6, L)`` with each coupling's row ``e_y - p'(q_x)
     e_x`` on its loop ``(y, x)``."""
-    ids, _, x = _couplings(nodes)
+    ids, y, x = _couplings(nodes)
     here = [(r, int(np.flatnonzero(ids == k)[0])) for r, k in enumerate(bucket.ids) if k in ids]
     if not here:
         return B
     r, c = (np.array(v) for v in zip(*here))
-    B = B.at[r, COUPLING_ROWS[0], 0].set(1.0)
-    if B.shape[-1] > 1:
-        B = B.at[r, COUPLING_ROWS[0], 1].set(-slopes[c] * jnp.asarray(x[c] >= 0, B.dtype))
+    B = B.at[r, COUPLING_ROWS[0], _columns(bucket, r, y[c])].set(1.0)
+    r, c = r[x[c] >= 0], c[x[c] >= 0]
+    if r.size:
+        B = B.at[r, COUPLING_ROWS[0], _columns(bucket, r, x[c])].set(-slopes[c])
     return B
