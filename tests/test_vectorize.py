@@ -51,6 +51,25 @@ def test_a_long_product_is_one_dot_and_a_short_one_a_fused_reduction():
         np.testing.assert_allclose(sp.vdot(x, x), x @ x, rtol=1e-13)
 
 
+def test_a_large_short_product_is_written_out_and_a_small_one_reduced():
+    """In the default form, a contraction over 3 or 6 with at least ``WRITTEN_OUT_MIN_RESULTS``
+    results (the rotated inertias of a large tree) is written out term by term: reduced,
+    XLA's CPU backend makes it a batched dot kernel, several times slower. A few bodies'
+    products stay reduced (fewest kernels). The numbers are the product either way."""
+    rng = np.random.default_rng(2)
+    small = 256 // 9 - 1                      # 27 bodies x 3 x 3 = 243 results
+    for bodies in (small, small + 2, 400):
+        A, B = rng.normal(size=(bodies, 3, 3)), rng.normal(size=(bodies, 3, 3))
+        written = bodies * 9 >= sp.WRITTEN_OUT_MIN_RESULTS
+        np.testing.assert_allclose(sp.mm(A, B), A @ B, rtol=1e-13, atol=1e-13)
+        ops = [e.primitive.name for e in jax.make_jaxpr(sp.mm)(A, B).eqns]
+        assert ("reduce_sum" in ops) != written, (bodies, ops)
+        x = rng.normal(size=(bodies, 3))
+        np.testing.assert_allclose(sp.mv(A, x), np.einsum("kij,kj->ki", A, x), rtol=1e-13, atol=1e-13)
+        assert sp.writes_out(3, (bodies, 3)) == (bodies * 3 >= sp.WRITTEN_OUT_MIN_RESULTS)
+    assert not sp.writes_out(sp.WRITTEN_OUT_MAX + 1, (10_000,))  # long contractions never
+
+
 @pytest.fixture(scope="module")
 def branched():
     """A floating base with every joint kind below it, branching (several bodies per level)."""
