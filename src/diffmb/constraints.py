@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import closures as cl, constraint_solve as solve, crba, rnea
+from . import closures as cl, constraint_solve as solve, crba, rnea, spatial as sp, tree
 from .closures import (  # noqa: F401  (the closure vocabulary, re-exported)
     KINDS,
     ROW_NAMES,
@@ -44,9 +44,8 @@ from .closures import (  # noqa: F401  (the closure vocabulary, re-exported)
     row_index,
     row_labels,
 )
-from .kinematics import kinematics
+from .kinematics import kinematics, world_velocities
 from .layout import layout
-from .tree import coordinate_rates
 
 
 def blocks(ws, nodes, nv) -> solve.Blocks:
@@ -99,7 +98,7 @@ def constrained_acceleration(model, q, qd, tau, nodes, gains=None):
     return qdd, lam.reshape(-1)[np.asarray(nodes.rows)]
 
 
-def project_state(model, q, qd, nodes, iterations: int = 3):
+def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool = False):
     """Mass-weighted projection onto the position and velocity constraint manifolds.
 
     Gauss-Newton on ``phi(q) = 0``: the smallest correction in the metric of ``M``,
@@ -109,30 +108,63 @@ def project_state(model, q, qd, nodes, iterations: int = 3):
     linear in ``qd``; it reuses the factorisation of the last Gauss-Newton iterate, which
     differs from the corrected ``q`` by that iterate's correction (quadratically small
     once converged: after an integrator step, one iteration already is). Both
-    corrections are constraint impulses, so they conserve total momentum.
+    corrections are constraint impulses, but the position correction moves the
+    Jacobians under a fixed ``qd``, which changes the total momentum slightly:
+    ``keep_momentum`` (a free-flying system) puts it back (:func:`_restore_momentum`),
+    the target taken at the first iterate's poses.
     """
     nv = model.nv
     mask = jnp.asarray(nodes.mask(), q.dtype)
     zero = jnp.zeros(nv, q.dtype)
+    qd0 = qd
 
     def linearise(q):
         ws = kinematics(model, q)
         M = crba.mass_matrix(model, ws)
         return ws, M, solve.factor(M, blocks(ws, nodes, nv), plan=plan(model, nodes))
 
-    def gn(_, carry):
-        q, _, _ = carry
+    def gn(i, carry):
+        q, _, _, h0 = carry
         ws, M, F = linearise(q)
+        if keep_momentum:
+            h0 = jnp.where(i == 0, _momentum(model, ws, qd0), h0)
         dnu, _ = F.solve(zero, -cl.residual(ws, nodes) * mask)
-        return q + coordinate_rates(model, q, dnu), M, F
+        return q + tree.coordinate_rates(model, q, dnu), M, F, h0
 
+    h0 = jnp.zeros(6, q.dtype)
     if iterations < 1:
-        _, M, F = linearise(q)
+        ws, M, F = linearise(q)
+        if keep_momentum:
+            h0 = _momentum(model, ws, qd0)
     elif iterations == 1:  # no loop: a smaller program
-        q, M, F = gn(0, (q, None, None))
+        q, M, F, h0 = gn(0, (q, None, None, h0))
     else:
         shapes = jax.eval_shape(lambda q: linearise(q)[1:], q)
         init = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        q, M, F = jax.lax.fori_loop(0, iterations, gn, (q,) + tuple(init))
+        q, M, F, h0 = jax.lax.fori_loop(0, iterations, gn, (q,) + tuple(init) + (h0,))
     qd, _ = F.solve(M @ qd, jnp.zeros_like(mask))
+    if keep_momentum:
+        qd = _restore_momentum(model, q, qd, h0)
     return q, qd
+
+
+def _momentum(model, ws, qd):
+    """Total spatial momentum (world axes, about the world origin) at a workspace
+    without speeds."""
+    return jnp.sum(sp.mv(ws.inertia, world_velocities(model, ws, qd)), 0)
+
+
+def _restore_momentum(model, q, qd, target):
+    """Give the whole system the rigid velocity that restores its total momentum
+    ``target``: a uniform spatial velocity added to every free root moves every body
+    rigidly, so it keeps the closures' velocity constraints, and solved against the
+    system's composite inertia it puts back exactly the momentum of the state before the
+    projection."""
+    ws = kinematics(model, q)
+    dh = target - _momentum(model, ws, qd)            # world axes, about the world origin
+    Ic = jnp.sum(ws.inertia, 0)                       # the whole system, world origin
+    dv = jnp.linalg.solve(Ic, dh)                     # rigid velocity, world-origin coords
+    for b in model.free_roots:
+        s, e = model.body_slices[b]
+        qd = qd.at[s:e].add(sp.xform_motion(ws.rot[b], ws.pos[b], dv))
+    return qd

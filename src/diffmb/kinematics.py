@@ -112,13 +112,24 @@ def kinematics(model, q, qd=None) -> Kinematics:
         inertia = sp.inertia_to_parent(E, r, model.spatial_inertias())
     if qd is None:
         return Kinematics(E, r, inertia, S, q=q)
-    vJ = treescan.dof_to_body(lay, S * qd[:, None])
-    vel = treescan.ancestors_sum(lay, vJ)
+    vJ, vel = _velocities(lay, S, qd)
     kappa = sp.cross_motion(vel, vJ)
     if any(kind == "universal" for kind, _, _ in lay.groups):
         kappa = kappa + sp.xform_motion_inv(E, r, _joint_bias(model, lay, q, qd))
     acc = treescan.ancestors_sum(lay, kappa)
     return Kinematics(E, r, inertia, S, vel, acc, kappa, q, qd)
+
+
+def _velocities(lay, S, qd):
+    """Joint velocities ``S qd`` per body and the bodies' spatial velocities (world)."""
+    vJ = treescan.dof_to_body(lay, S * qd[:, None])
+    return vJ, treescan.ancestors_sum(lay, vJ)
+
+
+def world_velocities(model, ws: Kinematics, qd):
+    """The bodies' spatial velocities (world axes, ``(N, 6)``) at a workspace built
+    without speeds: the same sums :func:`kinematics` makes, without its pose pass."""
+    return _velocities(layout(model), ws.S, qd)[1]
 
 
 def body_velocities(ws: Kinematics):

@@ -364,9 +364,8 @@ class TreeSystem(System):
         if self.stabilization == "projection":
             model = params["model"]
             q0, qd0 = self.split(x)
-            q, qd = cs.project_state(model, q0, qd0, params["closures"], iterations)
-            if model.floating_base:
-                qd = _restore_momentum(model, q, qd, tree.spatial_momentum(model, q0, qd0))
+            q, qd = cs.project_state(model, q0, qd0, params["closures"], iterations,
+                                     keep_momentum=model.floating_base)
             x = jnp.concatenate([q, qd])
         return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
 
@@ -430,20 +429,3 @@ def _jitted_state_derivative(system, t, x, params):
     return system.state_derivative(t, x, params)
 
 
-def _restore_momentum(model, q, qd, target):
-    """Give the whole system the rigid velocity that restores its total momentum.
-
-    Correcting positions at fixed ``qd`` changes the momentum slightly (the Jacobians
-    move); a uniform spatial velocity added to every free root moves every body rigidly,
-    so it keeps the closures' velocity constraints and, solved against the system's
-    composite inertia, puts back exactly the momentum the free-flying system had before
-    the projection.
-    """
-    ws = kinematics(model, q, qd)
-    dh = target - tree.spatial_momentum_ws(ws)       # world axes, about the world origin
-    Ic = jnp.sum(ws.inertia, 0)                       # the whole system, world origin
-    dv = jnp.linalg.solve(Ic, dh)                     # rigid velocity, world-origin coords
-    for b in model.free_roots:
-        s, e = model.body_slices[b]
-        qd = qd.at[s:e].add(sp.xform_motion(ws.rot[b], ws.pos[b], dv))
-    return qd
