@@ -50,6 +50,24 @@ def test_a_chain_of_prevbefore_calls_is_one_operation():
     assert float(jax.jit(hundred)(0.7)) == float(jax.jit(lambda t: _diffrax_ulps.before(t, 100))(0.7))
 
 
+def test_diffraxs_chain_is_traced_as_one_call_with_the_chains_value():
+    """This diffrax writes its chain as ``_diffrax_ulps`` expects, so its module gets the
+    chain's end at the first call: a hundred calls trace one operation, and two chains in
+    a row each end 100 ULPs before their own origin."""
+    assert dfx_integrate.eqxi.prevbefore is _diffrax_ulps._chain_end
+
+    def hundred(t):
+        for _ in range(_diffrax_ulps.CHAIN):
+            t = dfx_integrate.eqxi.prevbefore(t)
+        return t
+
+    assert len(jax.make_jaxpr(hundred)(0.7).eqns) == 1
+    x = jnp.asarray([v for v in VALUES if v != -1e-310])
+    twice = jax.jit(lambda x: (hundred(x), hundred(2.0 * x)))(x)
+    for got, origin in zip(twice, (x, 2.0 * x)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(_diffrax_ulps.before(origin, 100)))
+
+
 def test_diffrax_integrates_as_with_equinox_prevbefore_and_simulate_has_no_next_after():
     assert _diffrax_ulps.installed()
     system, params, _ = scenarios.get("pendulum").make()
