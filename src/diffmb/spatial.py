@@ -28,29 +28,35 @@ from jax import lax
 # ----------------------------------------------------------------------------- 3-D
 
 
+def _entry(x, k):
+    """``x[..., k:k + 1]`` (a static slice, traced straight to ``lax``)."""
+    return lax.slice_in_dim(x, k, k + 1, axis=x.ndim - 1)
+
+
 def skew(v):
-    """Cross-product matrix ``[v~]`` so that ``skew(a) @ b == cross(a, b)``."""
-    z = jnp.zeros_like(v[..., 0])
-    return jnp.stack(
-        [
-            jnp.stack([z, -v[..., 2], v[..., 1]], -1),
-            jnp.stack([v[..., 2], z, -v[..., 0]], -1),
-            jnp.stack([-v[..., 1], v[..., 0], z], -1),
-        ],
-        -2,
-    )
+    """Cross-product matrix ``[v~]`` so that ``skew(a) @ b == cross(a, b)``.
+
+    Its nine entries are concatenated once and reshaped (a few operations instead of a
+    stack of stacks: less to trace and to compile wherever a frame is rotated)."""
+    v = jnp.asarray(v)
+    n = -v
+    z = jnp.zeros_like(_entry(v, 0))
+    flat = lax.concatenate([z, _entry(n, 2), _entry(v, 1),
+                            _entry(v, 2), z, _entry(n, 0),
+                            _entry(n, 1), _entry(v, 0), z], v.ndim - 1)
+    return flat.reshape(v.shape[:-1] + (3, 3))
 
 
 def cross(a, b):
-    """3-D cross product written out (fuses better than ``jnp.cross`` under vmap)."""
-    return jnp.stack(
-        [
-            a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
-            a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
-            a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0],
-        ],
-        -1,
-    )
+    """3-D cross product written out (fuses better than ``jnp.cross`` under vmap), its
+    three components concatenated (a cyclic shift of the vectors, concatenated before the
+    products, ran the 10x10 map fold's step 10 % slower)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.shape != b.shape:
+        a, b = _same(a, b)
+    a0, a1, a2 = (_entry(a, k) for k in range(3))
+    b0, b1, b2 = (_entry(b, k) for k in range(3))
+    return lax.concatenate([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], a.ndim - 1)
 
 
 #: The two forms of the small products below (:func:`mv`, :func:`mtv`, :func:`mm`,
