@@ -79,10 +79,13 @@ def test_small_tree_forms_and_doubling_give_the_same_dynamics(base, monkeypatch)
     model = make_random_model(11, n_bodies=14, base=base)
     q, qd = random_state(model, 4)
     tau = np.random.default_rng(5).standard_normal(model.nv)
-    small = _dynamics(model, q, qd, tau)
+    # one program per form (a new function each, so the second is traced with the patched
+    # limits), instead of some 250 operations compiled one by one
+    form = lambda: jax.jit(lambda q, qd, tau: _dynamics(model, q, qd, tau))(q, qd, tau)
+    small = form()
     monkeypatch.setattr(treescan, "DENSE_MAX_BODIES", 0)
     monkeypatch.setattr(treescan, "UNROLL_MAX_BODIES", 0)
-    doubled = _dynamics(model, q, qd, tau)
+    doubled = form()
     for a, b in zip(small, doubled):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
     M, C, qdd = (np.asarray(x) for x in small[4:])
