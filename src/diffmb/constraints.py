@@ -126,8 +126,8 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
     def gn(i, carry):
         q, _, _, h0 = carry
         ws, M, F = linearise(q)
-        if keep_momentum:
-            h0 = jnp.where(i == 0, _momentum(model, ws, qd0), h0)
+        if keep_momentum:  # the state given is the first iterate
+            h0 = jax.lax.cond(i == 0, lambda: _momentum(model, ws, qd0), lambda: h0)
         dnu, _ = F.solve(zero, -cl.residual(ws, nodes) * mask)
         return q + tree.coordinate_rates(model, q, dnu), M, F, h0
 
