@@ -151,7 +151,7 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
 def _momentum(model, ws, qd):
     """Total spatial momentum (world axes, about the world origin) at a workspace
     without speeds."""
-    return jnp.sum(sp.mv(ws.inertia, world_velocities(model, ws, qd)), 0)
+    return tree.spatial_momentum_ws(ws, world_velocities(model, ws, qd))
 
 
 def _restore_momentum(model, q, qd, target):

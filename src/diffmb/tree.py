@@ -218,9 +218,10 @@ def center_of_mass(model: Model, q: ArrayLike) -> Array:
     return center_of_mass_ws(model, kinematics(model, _vec(model, q, "q")))
 
 
-def spatial_momentum_ws(ws):
-    """Total spatial momentum ``[angular about the world origin; linear]`` from a workspace."""
-    return jnp.sum(sp.mv(ws.inertia, ws.vel), 0)
+def spatial_momentum_ws(ws, vel=None):
+    """Total spatial momentum ``[angular about the world origin; linear]`` from a workspace
+    (``vel``: the bodies' world velocities, for a workspace built without speeds)."""
+    return jnp.sum(sp.mv(ws.inertia, ws.vel if vel is None else vel), 0)
 
 
 def momentum_scale_ws(model: Model, ws):
