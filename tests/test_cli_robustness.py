@@ -1,10 +1,13 @@
 """What a new user runs into: silent wrong results, tracebacks, lost work, wasted time,
-unreadable plots. Bad input goes through the real ``diffmb`` console script (one line,
-exit 2, before any compiling); runs go in-process where they compile.
+unreadable plots. Bad input goes through ``cli.main`` in this process, as the console
+script calls it (one line on stderr, exit 2, before any compiling): a Python start per case
+would cost 2 s and test nothing more (``test_cli.py`` runs the console script itself, and
+Ctrl-C below needs a real process).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -27,8 +30,30 @@ SCRIPT = shutil.which("diffmb", path=os.path.dirname(sys.executable)) or shutil.
 
 
 def _script(*argv, cwd=None, timeout=120):
+    """The real console script in a new process: for what only a process shows (warnings
+    printed as ``diffmb: warning:`` lines, signals)."""
     assert SCRIPT is not None, "console script 'diffmb' missing: install with pip install -e ."
     return subprocess.run([SCRIPT, *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@dataclasses.dataclass
+class _Exit:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def diffmb_cli(capsys, monkeypatch):
+    """``diffmb ARGV...`` run by ``cli.main`` in this process: its exit code and output."""
+    def call(*argv, cwd=None):
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = cli.main([str(a) for a in argv])
+        out = capsys.readouterr()
+        return _Exit(code, out.out, out.err)
+    return call
 
 
 def _one_line_error(r, *words):
@@ -48,9 +73,9 @@ def _one_line_error(r, *words):
     (["run", "fold-4panel", "--set", "a=-5"], ["'a'", "gain"]),
     (["sweep", "fold-4panel", "--batch", "2", "--set", "K=0.1:-1"], ["'K'", "negative"]),
 ])
-def test_unphysical_input_is_refused_before_compiling(argv, words, tmp_path):
+def test_unphysical_input_is_refused_before_compiling(argv, words, tmp_path, diffmb_cli):
     start = time.perf_counter()
-    r = _script(*argv, "--out", str(tmp_path / "o")) if argv[0] == "run" else _script(*argv)
+    r = diffmb_cli(*argv, "--out", tmp_path / "o") if argv[0] == "run" else diffmb_cli(*argv)
     _one_line_error(r, *words)
     assert time.perf_counter() - start < 60  # refused up front: no 60 s compile first
 
@@ -149,16 +174,16 @@ def test_tensegrity_energy_is_labelled_as_energy_minus_work():
     assert "work" in system.diagnostics(system.init_state(params), params)
 
 
-def test_fit_refuses_a_record_missing_a_hinge_column(tmp_path):
+def test_fit_refuses_a_record_missing_a_hinge_column(tmp_path, diffmb_cli):
     data = tmp_path / "deploy.csv"
     data.write_text("t,theta_j,theta_m\n0,0.1,0.2\n0.1,0.1,0.2\n0.2,0.1,0.2\n")  # theta_l missing
-    r = _script("fit", "fold-4panel", "--data", str(data), "--params", "K")
+    r = diffmb_cli("fit", "fold-4panel", "--data", str(data), "--params", "K")
     _one_line_error(r, str(data), "theta_l", "--columns")
 
 
 # ------------------------------------------------------------------ tracebacks
 @pytest.mark.parametrize("cmd", ["run", "linearize", "reconfig"])
-def test_unwritable_outputs_are_refused_before_any_work(cmd, tmp_path):
+def test_unwritable_outputs_are_refused_before_any_work(cmd, tmp_path, diffmb_cli):
     scenario = {"run": "pendulum", "linearize": "tbar", "reconfig": "uk-hinged-cubes"}[cmd]
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -167,7 +192,7 @@ def test_unwritable_outputs_are_refused_before_any_work(cmd, tmp_path):
     if cmd != "linearize":
         cases += [["--out", str(a_file)], ["--out", str(a_file / "sub")]]
     for extra in cases:
-        r = _script(cmd, scenario, *extra)
+        r = diffmb_cli(cmd, scenario, *extra)
         _one_line_error(r, extra[0])
         assert "Traceback" not in r.stderr
 
@@ -242,7 +267,7 @@ def test_tune_stops_at_the_floor_and_says_so(capsys):
     assert "floor" in out and "nothing to tune" in out
 
 
-def test_sweep_grid_and_member_values_in_rows(tmp_path):
+def test_sweep_grid_and_member_values_in_rows(tmp_path, diffmb_cli):
     grid = member_values({"K": (0.1, 0.2, 3), "c": (0.0, 0.02, 2)}, {"a": 50.0}, None, sample="grid")
     np.testing.assert_allclose([(m["K"], m["c"]) for m in grid],
                                [(k, c) for k in (0.1, 0.15, 0.2) for c in (0.0, 0.02)], rtol=1e-12)
@@ -255,7 +280,7 @@ def test_sweep_grid_and_member_values_in_rows(tmp_path):
     rows = res.rows()
     assert [(r["l"], r["theta0"]) for r in rows] == [(0.5, 0.1), (0.5, 0.2), (2.0, 0.1), (2.0, 0.2)]
     csv = tmp_path / "g.csv"
-    r = _script("sweep", "pendulum", "--t1", "0.2", "--set", "l=0.5:2", "--set", "m=1:3",
+    r = diffmb_cli("sweep", "pendulum", "--t1", "0.2", "--set", "l=0.5:2", "--set", "m=1:3",
                 "--batch", "2", "--csv", str(csv))
     assert r.returncode == 0 and "vary together" in r.stderr and "--sample grid" in r.stderr
 
@@ -332,16 +357,16 @@ def test_reconfiguration_graph_figure_is_labelled_and_fits():
 
 
 # ------------------------------------------------------------------ README truth
-def test_default_output_folder_is_out(tmp_path):
-    r = _script("run", "pendulum", "--t1", "0.05", "--no-plot", "--quiet", cwd=tmp_path)
+def test_default_output_folder_is_out(tmp_path, diffmb_cli):
+    r = diffmb_cli("run", "pendulum", "--t1", "0.05", "--no-plot", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "pendulum.npz").exists()
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert "default `out/`" in readme
 
 
-def test_missing_fold_file_says_where_it_looked(tmp_path):
-    r = _script("run", "examples/miura_3x3.fold", cwd=tmp_path)
+def test_missing_fold_file_says_where_it_looked(tmp_path, diffmb_cli):
+    r = diffmb_cli("run", "examples/miura_3x3.fold", cwd=tmp_path)
     _one_line_error(r, str(tmp_path / "examples" / "miura_3x3.fold"), "repository root")
 
 
