@@ -88,6 +88,7 @@ def frame_pose(model: Model, q: ArrayLike, name: str) -> tuple[Array, Array]:
     return sp.xform_compose(Ef, rf, dcm[b], pos[b])
 
 
+@sp.jit_per_form
 def coordinate_rates(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """``q_dot`` from ``qd`` (identity except MRP joints, Fulton & Schaub eqs. 3-4)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
@@ -189,18 +190,21 @@ def potential_energy_ws(model: Model, ws, q):
     return grav + spring
 
 
+@sp.jit_per_form
 def kinetic_energy(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """``sum_k 1/2 V(k)^T M(k) V(k)`` (Fulton & Schaub eq. 12), plus the armature's."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
     return kinetic_energy_ws(kinematics(model, q, qd)) + rotor_energy(model, qd)
 
 
+@sp.jit_per_form
 def potential_energy(model: Model, q: ArrayLike) -> Array:
     """Gravity plus joint-spring energy ``1/2 K (q - rest)^2`` (eq. 13)."""
     q = _vec(model, q, "q")
     return potential_energy_ws(model, kinematics(model, q), q)
 
 
+@sp.jit_per_form
 def energy(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """Total mechanical energy (eq. 14)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
@@ -213,6 +217,7 @@ def center_of_mass_ws(model: Model, ws):
     return jnp.sum(model.mass[:, None] * com_w, 0) / jnp.sum(model.mass)
 
 
+@sp.jit_per_form
 def center_of_mass(model: Model, q: ArrayLike) -> Array:
     """System centre of mass in world coordinates."""
     return center_of_mass_ws(model, kinematics(model, _vec(model, q, "q")))
@@ -233,6 +238,7 @@ def momentum_scale_ws(model: Model, ws):
     return jnp.sum(sp.safe_norm(p[:, :3] - sp.cross(c, p[:, 3:])))
 
 
+@sp.jit_per_form
 def spatial_momentum(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """Total spatial momentum ``[angular about the world origin; linear]``, world axes."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
@@ -245,6 +251,7 @@ def momentum_ws(model: Model, ws):
     return lin, ang_o - sp.cross(center_of_mass_ws(model, ws), lin)
 
 
+@sp.jit_per_form
 def momentum(model: Model, q: ArrayLike, qd: ArrayLike) -> tuple[Array, Array]:
     """Total linear momentum and angular momentum about the system com, world axes.
 
