@@ -82,12 +82,15 @@ def test_a_float32_fit_binds_its_parameters_and_recovers_them(tmp_path):
     noise: g and damping come back within three standard errors."""
     env = {**os.environ, "DIFFMB_FLOAT32": "1"}
     data, js = tmp_path / "p.csv", tmp_path / "fit.json"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "diffmb", *a], check=True, env=env,
-                                    timeout=300, capture_output=True, text=True)
-    run("synth", "pendulum", "--set", "damping=0.05", "--t1", "1", "--dt", "0.01", "--noise", "1e-3",
-        "--out", str(data), "--quiet", "--json", str(tmp_path / "s.json"))
-    run("fit", "pendulum", "--data", str(data), "--params", "g,damping", "--set", "g=8", "--set", "damping=0.1",
-        "--dt", "0.01", "--json", str(js), "--quiet")
+    synth = ["synth", "pendulum", "--set", "damping=0.05", "--t1", "1", "--dt", "0.01", "--noise", "1e-3",
+             "--out", str(data), "--quiet", "--json", str(tmp_path / "s.json")]
+    fit = ["fit", "pendulum", "--data", str(data), "--params", "g,damping", "--set", "g=8", "--set", "damping=0.1",
+           "--dt", "0.01", "--json", str(js), "--quiet"]
+    # both commands in one float32 process (the console script's cli.main, one Python start)
+    code = ("import json, sys\nfrom diffmb import cli\n"
+            "for argv in json.loads(sys.argv[1]):\n    code = cli.main(argv)\n    if code:\n        sys.exit(code)")
+    subprocess.run([sys.executable, "-c", code, json.dumps([synth, fit])], check=True, env=env, timeout=300,
+                   capture_output=True, text=True)
     res = json.loads(js.read_text())
     assert res["converged"]
     for name, true in (("g", 9.81), ("damping", 0.05)):
@@ -164,10 +167,12 @@ def test_a_float32_sweep_agrees_with_float64_member_by_member(tmp_path):
 def test_a_10x10_map_fold_builds_in_float32():
     """Its 19-joint loops close to float32's round-off (1e-6), which the closure check at
     the build must accept: it took float64's 1e-6 as its bound and refused the fold."""
-    code = ("import diffmb, numpy as np\n"
+    # the violation jitted: evaluated operation by operation it compiled ~600 one-operation
+    # programs (5 s of the test's 10), to the same number bit for bit
+    code = ("import diffmb, equinox as eqx, numpy as np\n"
             "from diffmb.scenarios import get\n"
             "s, p, _ = get('map-fold').make({'rows': 10, 'cols': 10})\n"
-            "v = s.violation(np.asarray(s.init_state(p)), p)\n"
+            "v = eqx.filter_jit(s.violation)(np.asarray(s.init_state(p)), p)\n"
             "print(p['q0'].dtype, max(float(np.max(np.abs(x))) for x in v.values()))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600,
                          env={**os.environ, "DIFFMB_FLOAT32": "1"})
