@@ -369,6 +369,7 @@ class TreeSystem(System):
             x = jnp.concatenate([q, qd])
         return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
 
+    @sp.jit_per_form
     def violation(self, x, params):
         if self.closures is None:
             return {}
@@ -387,6 +388,7 @@ class TreeSystem(System):
         P = len(nodes.closures)
         return jnp.zeros(6 * P, x.dtype).at[np.asarray(nodes.rows)].set(lam).reshape(P, 6)
 
+    @sp.jit_per_form
     def diagnostics(self, x, params):
         model = params["model"]
         q, qd = self.split(x)

@@ -361,6 +361,7 @@ class FlexibleSystem(System):
     def clock_time(self, x):
         return x[-1] if self.has_clock else jnp.zeros((), x.dtype)
 
+    @sp.jit_per_form
     def diagnostics(self, x, params):
         xc, u = self.split(x)
         t = self.clock_time(x)

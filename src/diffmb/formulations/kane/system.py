@@ -465,6 +465,7 @@ class CutJointSystem(System):
         return jnp.concatenate([q, u, x[2 * self.n:]])
 
     # ----------------------------------------------------------- diagnostics
+    @sp.jit_per_form
     def violation(self, x, params):
         q, u, _ = self.unpack(x)
         ws = self.workspace(q, u, params)
@@ -481,6 +482,7 @@ class CutJointSystem(System):
         return sum(tree.kinetic_energy_ws(w) + tree.potential_energy_ws(m, w, a)
                    for m, w, a in zip(models, self._tree_ws(ws, models), qt))
 
+    @sp.jit_per_form
     def diagnostics(self, x, params):
         q, u, t = self.unpack(x)
         models = params["models"]

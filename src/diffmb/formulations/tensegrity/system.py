@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import spatial as sp
 from ...system import System, check_stabilization
 from .structure import _AXES, Structure
 
@@ -400,6 +401,7 @@ class TensegritySystem(System):
         return self.project(x, params, passes=1)
 
     # ------------------------------------------------------------------ outputs
+    @sp.jit_per_form
     def diagnostics(self, x, params):
         q, qd, W = self.unpack(x)
         E = self.energy(q, qd, params)
@@ -407,6 +409,7 @@ class TensegritySystem(System):
                 "bar_length": _safe_norm(self._vec(q.reshape(-1, 3), self.bars))
                 if self.bars else jnp.zeros(0, q.dtype)}
 
+    @sp.jit_per_form
     def violation(self, x, params):
         q, qd, W = self.unpack(x)
         A = params["A_lin"]

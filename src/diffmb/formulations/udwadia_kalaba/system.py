@@ -350,6 +350,7 @@ class UKSystem(System):
         lin, ang = self.body_momenta(X, V, params)
         return jnp.sum(lin, 0), jnp.sum(ang, 0)
 
+    @sp.jit_per_form
     def diagnostics(self, x, params):
         X, V = self.body_states(x)
         T = self.kinetic_energy(X, V, params)
@@ -361,6 +362,7 @@ class UKSystem(System):
                 "linear_momentum": jnp.sum(lin, 0), "angular_momentum": jnp.sum(ang, 0),
                 "momentum_scale": jnp.sum(sp.safe_norm(ang))}
 
+    @sp.jit_per_form
     def violation(self, x, params):
         X, V = self.body_states(x)
         q, qd = X[:, 3:], V[:, 3:]
