@@ -223,6 +223,21 @@ def test_a_chunk_out_far_longer_than_the_others_gets_a_second_copy_on_an_idle_wo
     assert distributed.stragglers(pending, started, [], set(), 3, 30.0) == []
 
 
+def test_a_chunk_waiting_behind_another_on_a_busy_worker_is_copied_to_an_idle_one():
+    """Once every chunk is handed out: a worker holding chunks 2 and 5 (a killed worker's
+    replacement, still compiling, given the lost chunk and the next) while another holds
+    none: chunk 5, handed out last, gets a copy for the idle worker; nothing while no worker
+    is idle, nor a chunk copied already; the longest queue first, one per idle worker."""
+    order = {n: n for n in range(10)}
+    assert distributed.queued_behind({"a": [2, 5], "b": []}, order, set()) == [5]
+    assert distributed.queued_behind({"a": [2, 5], "b": [7]}, order, set()) == []
+    assert distributed.queued_behind({"a": [2, 5], "b": []}, order, {5}) == []
+    assert distributed.queued_behind({"a": [5], "b": []}, order, set()) == []
+    held = {"a": [2, 5], "c": [6, 8, 7], "b": [], "d": []}
+    assert distributed.queued_behind(held, order, set()) == [8, 5]
+    assert distributed.queued_behind({**held, "d": [9]}, order, set()) == [8]
+
+
 def test_a_chunk_queued_behind_others_is_timed_from_when_it_began_running():
     """Six chunks handed out at once to two workers: the third and later are timed from
     when a chunk before them came back, not from the hand-out, so at the sweep's tail a
@@ -273,6 +288,65 @@ def test_local_workers_are_pinned_single_threaded_and_share_a_compilation_cache(
         assert len(a) == len(b) == 1 and a != b and {next(iter(a)), next(iter(b))} <= {frozenset({x}) for x in cores}
     env, made = distributed.worker_env()
     assert made is None  # the session's cache folder is named, so none is made
+
+
+#: A driver as users write it: diffmb imported at the top of the main module, which every
+#: spawned worker imports again, before Dask hands it its environment.
+_DRIVER = """
+import gc, os, signal, sys, time
+import diffmb
+from diffmb.design import distributed
+
+
+def seen():
+    import equinox._config, jax
+    return os.getpid(), equinox._config.EQX_ON_ERROR, jax.config.jax_compilation_cache_dir
+
+
+if __name__ == "__main__":
+    from distributed import Client
+
+    cluster = distributed.local_cluster(1)
+    client = Client(cluster)
+    (pid, *first), = client.run(seen).values()
+    os.kill(pid, signal.SIGKILL)
+    end = time.time() + 60
+    while time.time() < end:
+        time.sleep(0.1)
+        try:
+            got = list(client.run(seen).values())
+        except Exception:
+            continue
+        if got and got[0][0] != pid:
+            break
+    (_, *again), = got
+    client.close()
+    cluster.close()
+    del cluster
+    gc.collect()
+    print(first == again, *first, os.environ.get("EQX_ON_ERROR"))
+"""
+
+
+def test_workers_import_with_their_settings_replacements_too(tmp_path):
+    """JAX reads its cache folder and equinox ``EQX_ON_ERROR`` when imported, and a spawned
+    worker imports the driver's main module (diffmb with it) before Dask's ``env`` reaches
+    it: given only that way, no worker wrote a chunk's program to the cache (equinox's
+    checks stayed host callbacks) and a killed worker's replacement compiled it again
+    (9 s for fold-4panel's chunk; 3.8 s read back). A driver without either setting, the
+    worker and its replacement after SIGKILL, and the driver's environment as it was
+    once the cluster is gone."""
+    import subprocess
+
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    env = {k: v for k, v in os.environ.items() if k not in ("EQX_ON_ERROR", "JAX_COMPILATION_CACHE_DIR")}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    same, on_error, cache, driver_after = r.stdout.split()
+    assert same == "True" and on_error == "nan" and "diffmb-sweep-jax-cache-" in cache
+    assert driver_after == "None"
 
 
 def test_ctrl_c_on_the_cluster_exits_130_keeping_the_finished_chunks(client, tmp_path, monkeypatch, capsys):

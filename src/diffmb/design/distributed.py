@@ -142,6 +142,21 @@ def stragglers(pending: dict, started: dict, runs: list, backed: set, workers: i
     return list(dict.fromkeys(n for _, n in old))[:idle]
 
 
+def queued_behind(held: dict, order: dict, backed: set) -> list:
+    """The chunks to run a second copy of on the idle workers once every chunk is handed out
+    (``held``: worker -> the chunks the scheduler has given it, ``[]`` for an idle one;
+    ``order``: chunk -> when it was handed out; ``backed``: chunks copied already): from each
+    worker that holds two or more, the one handed out last, which is waiting behind the
+    others there (most held first, at most one per idle worker). Dask hands a worker its
+    chunks as they are submitted and does not always move them to a worker that falls idle:
+    a killed worker's replacement, still compiling, was given the lost chunk and the one
+    after it, while the other worker sat idle for the sweep's last 5 s."""
+    idle = sum(1 for chunks in held.values() if not chunks)
+    queues = sorted((set(chunks) for chunks in held.values() if len(set(chunks)) >= 2), key=len, reverse=True)
+    last = [max(chunks, key=lambda n: order.get(n, 0)) for chunks in queues]
+    return list(dict.fromkeys(n for n in last if n not in backed))[:idle]
+
+
 class RunningSince:
     """When each chunk out began running, estimated by the driver without asking the
     workers: the first ``workers`` chunks out from when they are handed out, each later one
@@ -184,12 +199,54 @@ def local_cluster(workers: int):
     from distributed import LocalCluster
 
     env, made = worker_env()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address="127.0.0.1:0", worker_dashboard_address=None, memory_limit=0,
-                           silence_logs=logging.ERROR, env=env)
+    restore = _add_to_environment(env)
+    try:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address="127.0.0.1:0", worker_dashboard_address=None, memory_limit=0,
+                               silence_logs=logging.ERROR, env=env)
+    except BaseException:
+        restore()
+        raise
+    close = cluster.close
+
+    def close_and_restore(*args, **kwargs):
+        try:
+            return close(*args, **kwargs)
+        finally:
+            restore()
+
+    cluster.close = close_and_restore
+    weakref.finalize(cluster, restore)
     if made is not None:
         weakref.finalize(cluster, shutil.rmtree, made, ignore_errors=True)
     return cluster
+
+
+def _add_to_environment(env: dict):
+    """Add ``env`` to this process's environment, for as long as its local cluster lives;
+    returns what restores it. The cluster's Nannies run in this process and spawn the
+    workers, replacements too; a spawned worker imports the driver's main module, and with
+    it JAX and equinox, before Dask's ``env`` reaches its ``os.environ``, and JAX reads the
+    cache folder and equinox ``EQX_ON_ERROR`` at import. Given only through Dask's ``env``,
+    neither took effect: no worker wrote a chunk's program to the cache, and a killed
+    worker's replacement compiled it again (9 s for fold-4panel's chunk, against 3.8 s read
+    back). Inherited, they are in place before any import. Restored when the cluster is
+    closed (or collected); restoring twice is harmless."""
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    done = []
+
+    def restore():
+        if done:
+            return
+        done.append(True)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    return restore
 
 
 def worker_env() -> tuple[dict, str | None]:
@@ -322,7 +379,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
     dyn_np = jax.tree_util.tree_map(np.asarray, dyn)
     x0 = np.asarray(jnp.zeros((B, 1)) if x0_batch is None else x0_batch)
     pieces = dict(done or {})
-    todo = iter([n for n in range(n_chunks(B, chunk)) if n not in pieces])
+    todo = [n for n in range(n_chunks(B, chunk)) if n not in pieces]
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -331,11 +388,20 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
     pending, running, seen, other, runs, backed = {}, RunningSince(), set(), set(), [], set()
     compile_s = 0.0
 
-    def submit(n, key):
+    order = {}
+
+    def submit(n, key, on=None):
         idx, _ = chunk_members(n, chunk, B)
-        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], key=key, pure=False)
+        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], key=key, pure=False,
+                          workers=on, allow_other_workers=on is not None)
         pending[f] = n
+        order.setdefault(n, len(order))
         running.handed_out(f, time.perf_counter(), workers)
+
+    def held():
+        """worker -> the chunks the scheduler has given it (a round trip: asked at the tail only)."""
+        chunk_of = {f.key: n for f, n in pending.items()}
+        return {w: [chunk_of[k] for k in keys if k in chunk_of] for w, keys in client.processing().items()}
 
     client.run(importlib.import_module, __name__)  # every worker imports JAX and diffmb before the clock starts
     tic = time.perf_counter()
@@ -343,13 +409,19 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
     try:
         while True:
             workers = max(len(client.scheduler_info().get("workers", {})), 1)
-            while len(pending) < 2 * workers + 2 and (n := next(todo, None)) is not None:
+            while len(pending) < 2 * workers + 2 and todo:
+                n = todo.pop(0)
                 submit(n, f"diffmb-chunk-{run}-{n}")
             if not pending:
                 break
-            for n in stragglers(pending, running.since, runs, backed, workers, time.perf_counter()):
+            copies = [(n, None) for n in stragglers(pending, running.since, runs, backed, workers, time.perf_counter())]
+            if runs and not todo and len(set(pending.values())) >= workers:
+                now_held = held()
+                idle = [w for w, chunks in now_held.items() if not chunks]
+                copies += zip(queued_behind(now_held, order, backed | {n for n, _ in copies}), idle)
+            for n, on in copies:
                 backed.add(n)  # a second copy, for an idle worker: the first result to come back counts
-                submit(n, f"diffmb-chunk-{run}-{n}-again")
+                submit(n, f"diffmb-chunk-{run}-{n}-again", None if on is None else [on])
             if stop is not None and stop():
                 interrupted = True
                 break
