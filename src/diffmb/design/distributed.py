@@ -30,6 +30,7 @@ Needs the ``cluster`` extra (``pip install 'diffmb[cluster]'``).
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import importlib
@@ -379,7 +380,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
     dyn_np = jax.tree_util.tree_map(np.asarray, dyn)
     x0 = np.asarray(jnp.zeros((B, 1)) if x0_batch is None else x0_batch)
     pieces = dict(done or {})
-    todo = [n for n in range(n_chunks(B, chunk)) if n not in pieces]
+    todo = collections.deque(n for n in range(n_chunks(B, chunk)) if n not in pieces)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -410,7 +411,7 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
         while True:
             workers = max(len(client.scheduler_info().get("workers", {})), 1)
             while len(pending) < 2 * workers + 2 and todo:
-                n = todo.pop(0)
+                n = todo.popleft()
                 submit(n, f"diffmb-chunk-{run}-{n}")
             if not pending:
                 break
