@@ -7,7 +7,6 @@ Ctrl-C below needs a real process).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -36,13 +35,6 @@ def _script(*argv, cwd=None, timeout=120):
     return subprocess.run([SCRIPT, *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-@dataclasses.dataclass
-class _Exit:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 @pytest.fixture
 def diffmb_cli(capsys, monkeypatch):
     """``diffmb ARGV...`` run by ``cli.main`` in this process: its exit code and output."""
@@ -50,9 +42,10 @@ def diffmb_cli(capsys, monkeypatch):
         if cwd is not None:
             monkeypatch.chdir(cwd)
         capsys.readouterr()
-        code = cli.main([str(a) for a in argv])
+        args = [str(a) for a in argv]
+        code = cli.main(args)
         out = capsys.readouterr()
-        return _Exit(code, out.out, out.err)
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
     return call
 
 
