@@ -58,6 +58,8 @@ def _fourbar_objective(t1=0.5, derivatives="forward"):
                       log_mask=(True, True), derivatives=derivatives)
 
 
+@pytest.mark.slow  # the tuning loss's forward-mode gradient through a four-bar run, by differences
+# (~8 s); the default job runs the tuner itself (test_tune_example.py, test_cli_robustness.py)
 def test_tuning_loss_gradient_matches_finite_differences():
     # the forward-mode gradient tune() takes for two gains; the differences read the loss
     # from the same compiled program at the shifted values (one compile, five calls)
@@ -116,6 +118,8 @@ def test_fit_recovers_parameters_from_factor_three_guess(pendulum_data):
     assert 0.7e-3 < res.rms < 1.3e-3  # the residual is the noise
 
 
+@pytest.mark.slow  # a run's forward-mode derivative by differences (~6 s); the default job
+# fits from a factor-three guess (test_fit_recovers_parameters_from_factor_three_guess)
 def test_fit_residual_jacobian_matches_finite_differences(pendulum_data):
     from diffmb.design.fit_residual import Residual  # noqa: F401  (the residual the fit linearises)
 
@@ -264,6 +268,8 @@ def test_chunks_on_threads_equal_chunks_one_after_another_and_stop_keeps_the_run
     assert np.array_equal(part.table["t_final"], one.table["t_final"][:6])
 
 
+@pytest.mark.slow  # a fresh process with four host devices (~9 s); the default job checks a
+# sweep member by member and across two Dask workers (test_distributed_sweep.py)
 def test_sharded_sweep_equals_unsharded(four_bar_sweep):
     """The module's sweep with each chunk sharded over 2 host devices (one member on each;
     the last chunk padded) gives this process's unsharded results."""

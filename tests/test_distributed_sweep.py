@@ -197,6 +197,9 @@ def test_without_the_cluster_extra_a_one_line_error(monkeypatch, capsys, tmp_pat
     assert "\n" not in err and extra in err and "pip install 'diffmb[cluster]'" in err
 
 
+@pytest.mark.slow  # starts its own two-worker cluster (~8 s); the default job sweeps on the module's
+# cluster (test_two_workers_equal_the_one_process_sweep_bit_for_bit); --workers without the
+# cluster extra stays there too
 def test_workers_flag_starts_and_stops_a_local_cluster(tmp_path, case, capsys):
     """``--workers 2`` end to end: two local worker processes, the CSV equal to the
     one-process sweep's rows."""
@@ -328,6 +331,8 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # a driver process and its cluster (~7 s); the default job checks the settings
+# on the module's workers (test_local_workers_are_pinned_single_threaded_and_share_a_compilation_cache)
 def test_workers_import_with_their_settings_replacements_too(tmp_path):
     """JAX reads its cache folder and equinox ``EQX_ON_ERROR`` when imported, and a spawned
     worker imports the driver's main module (diffmb with it) before Dask's ``env`` reaches
@@ -349,6 +354,8 @@ def test_workers_import_with_their_settings_replacements_too(tmp_path):
     assert driver_after == "None"
 
 
+@pytest.mark.slow  # the CLI's Ctrl-C on a cluster (~4 s); Ctrl-C keeping the finished chunks is
+# checked in the default job on the cluster (test_ctrl_c_keeps_the_finished_chunks) and in the CLI
 def test_ctrl_c_on_the_cluster_exits_130_keeping_the_finished_chunks(client, tmp_path, monkeypatch, capsys):
     """The CLI's Ctrl-C path with workers: the flag is seen between waits, the queued
     chunks are cancelled, the finished ones are in the table, exit 130."""

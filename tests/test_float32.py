@@ -76,6 +76,8 @@ def test_origami_runs_in_float32(tmp_path, name, args, momentum):
     _check_float32(tmp_path, name, args, momentum)
 
 
+@pytest.mark.slow  # a float32 process synthesising and fitting (~9 s); the default job runs
+# fold-4panel in float32 and fits in float64 (test_design.py)
 def test_a_float32_fit_binds_its_parameters_and_recovers_them(tmp_path):
     """Binding checks that a parameter enters the params affinely; a float32 build's own
     round-off (1e-7) must not read as a nonlinearity. Pendulum synthetic data with 1 mrad

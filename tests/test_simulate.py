@@ -38,7 +38,9 @@ def test_euler_first_order():
     assert 1.8 < e[0] / e[1] < 2.2
 
 
-@pytest.mark.parametrize("solver", ["dopri5", "tsit5", "dopri8", "kvaerno5"])
+@pytest.mark.parametrize("solver", ["dopri5", "tsit5", "dopri8",
+                                    # implicit: ~8 s of compile, the explicit three stay in the default job
+                                    pytest.param("kvaerno5", marks=pytest.mark.slow)])
 def test_adaptive_hits_tolerance(solver):
     system, w = oscillator()
     tr = simulate(system, t1=3.0, solver=solver, rtol=1e-9, atol=1e-12, saveat=31)
@@ -246,6 +248,8 @@ def test_gradient_matches_finite_differences():
     np.testing.assert_allclose(g, [fd0, fd1], rtol=1e-6)
 
 
+@pytest.mark.slow  # a second reverse-mode program (~5 s); the default job checks reverse mode
+# through a fixed-step and an adaptive run (the two tests around this one)
 def test_reverse_gradient_with_saves_on_step_ends_matches_finite_differences():
     # Saves on fixed-step ends (21 of 200 RK4 steps), t1/dt known at trace time (a jitted
     # loss): diffrax's RecursiveCheckpointAdjoint re-runs steps in the backward pass, and

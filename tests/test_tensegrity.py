@@ -360,6 +360,9 @@ def test_implicit_and_explicit_solvers_agree_on_compressible_tbar():
 
 
 # ------------------------------------------------------------------ differentiable, compiled once
+@pytest.mark.slow  # a derivative through a whole corrected run, checked by differences (~13 s):
+# the default job checks the engine's run gradients (test_simulate.py) and the T-bar's
+# linearization against differences (test_linearization_matches_finite_differences)
 def test_gradient_through_corrected_run_matches_finite_differences():
     system, p, _ = tbar()
     K0 = p["string_K"]

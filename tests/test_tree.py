@@ -302,7 +302,10 @@ def test_random_tree_aba_rnea_crba_agree(name, state_seed):
     np.testing.assert_allclose(M, out["M_T"], atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["free", "fixed"])
+@pytest.mark.parametrize("name", [
+    # the floating root's own programs here (~6 s) in the slow job; the default job checks it
+    # against the RNEA and CRBA (test_random_tree_aba_rnea_crba_agree) and for momentum
+    pytest.param("free", marks=pytest.mark.slow), "fixed"])
 def test_random_tree_satisfies_lagrange_equations(name):
     """ABA vs Lagrange's equations derived by autodiff from T and V (springs, dampers,
     gravity, MRP joints all included)."""
@@ -387,7 +390,10 @@ def test_momentum_conservation_free_floating(name):
 # ------------------------------------------------------------ external forces
 
 
-@pytest.mark.parametrize("name", ["free", "fixed"])
+@pytest.mark.parametrize("name", [
+    # the floating root's own programs here (~6 s) in the slow job; the default job checks it
+    # against the RNEA and CRBA (test_random_tree_aba_rnea_crba_agree) and for momentum
+    pytest.param("free", marks=pytest.mark.slow), "fixed"])
 def test_external_forces_equal_generalized_forces(name):
     model = _model(name)
     q, qd = random_state(model, 5)

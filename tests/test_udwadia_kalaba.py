@@ -200,6 +200,8 @@ def _check_against_fd(value_and_derivative):
     assert float(g) == pytest.approx(float(fd), rel=1e-5)
 
 
+@pytest.mark.slow  # a derivative through a whole UK run, checked by differences (~7 s); the
+# default job checks the engine's run gradients (test_simulate.py) and the joint rows' autodiff
 def test_forward_mode_derivative_of_final_pose_wrt_well_stiffness_matches_fd():
     """Forward mode through the whole run (the formulation's JVP rules; fit's Jacobians)."""
     angle = _final_angle("direct")

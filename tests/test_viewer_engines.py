@@ -31,6 +31,10 @@ from diffmb.viewer import saved, scene_of
 from diffmb.viewer.page import write
 from viewer_runs import fold_run
 
+# the other engines start a browser each on a display of their own (~15 s): the slow job; the
+# default job checks the page in Chromium (test_viewer_browser.py)
+pytestmark = pytest.mark.slow
+
 ENGINES = {
     "webkit": (webkit, webkit_available, "AppleWebKit", "WebKitWebDriver / Xvfb not installed "
                "(.ci/run installs webkit2gtk-driver and xvfb)"),
