@@ -163,7 +163,9 @@ def _restore_momentum(model, q, qd, target):
     ws = kinematics(model, q)
     dh = target - _momentum(model, ws, qd)            # world axes, about the world origin
     Ic = jnp.sum(ws.inertia, 0)                       # the whole system, world origin
-    dv = jnp.linalg.solve(Ic, dh)                     # rigid velocity, world-origin coords
+    # the rigid velocity, world-origin coordinates; Ic is symmetric positive definite
+    # (Cholesky, not LU: no pivoting in the program)
+    dv = jax.scipy.linalg.cho_solve((jax.lax.linalg.cholesky(Ic, symmetrize_input=False), True), dh)
     for b in model.free_roots:
         s, e = model.body_slices[b]
         qd = qd.at[s:e].add(sp.xform_motion(ws.rot[b], ws.pos[b], dv))
