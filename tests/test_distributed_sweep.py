@@ -267,6 +267,88 @@ def test_a_chunk_queued_behind_others_is_timed_from_when_it_began_running():
     assert set(q.since) == {f[0], f[1]}
 
 
+def _first_chunk(case):
+    """What a sweep's task carries for its first chunk: the member run, the static params,
+    the chunk's slice of the rest, its initial states; and the task's token and job."""
+    import hashlib
+
+    import cloudpickle
+    import equinox as eqx
+    import jax
+
+    from diffmb.design.batch import _take, chunk_members, member_runner
+
+    system, params, kw, _ = case
+    dyn, static = eqx.partition(params, eqx.is_array)
+    member = member_runner(system, t1=kw["t1"], dt=kw["dt"], solver=kw["solver"], rtol=1e-8, atol=1e-10,
+                           saveat=1001, max_violation=1.0, flat_tol_deg=1.0, with_x0=False)
+    idx, _ = chunk_members(0, CHUNK, BATCH)
+    dyn_c, x0_c = _take(jax.tree_util.tree_map(np.asarray, dyn), idx), np.zeros((CHUNK, 1))
+    job = cloudpickle.dumps((member, static))
+    return member, static, dyn_c, x0_c, hashlib.sha1(job).hexdigest()[:16] + "-test", job
+
+
+def test_a_program_exported_by_one_worker_runs_in_another_untraced_and_bit_for_bit(case, monkeypatch):
+    """The chunk program a worker exports (issue 25: a killed worker's replacement, or a
+    late one, compiles it instead of tracing the run again) gives the one-process sweep's
+    numbers bit for bit, and loading it never calls the member run."""
+    from diffmb.design import exported_program
+    from diffmb.design.batch import run_chunk
+
+    member, static, dyn_c, x0_c, _, _ = _first_chunk(case)
+    first = exported_program.build(member, static, dyn_c, x0_c)
+    assert first.how == "exported" and len(first.exported) > 1000
+
+    def never(*args):
+        raise AssertionError("the shipped program was traced again")
+
+    second = exported_program.build(never, static, dyn_c, x0_c, shipped=first.exported)
+    assert second.how == "shipped"
+    direct = run_chunk(None, member, static, dyn_c, x0_c)[0]
+    for out in (first.program(dyn_c, x0_c), second.program(dyn_c, x0_c)):
+        assert out.keys() == direct.keys()
+        for k in direct:
+            assert out[k].dtype == direct[k].dtype and np.array_equal(out[k], direct[k], equal_nan=True), k
+    # bytes that do not load (another jaxlib's, a cut transfer): the worker traces itself
+    third = exported_program.build(member, static, dyn_c, x0_c, shipped=first.exported[:100])
+    assert third.how == "exported"
+    # a program jax.export cannot carry (no flatbuffers, a host callback): as the
+    # one-process sweep compiles it, with nothing to ship
+    def cannot(*args, **kwargs):
+        raise ImportError("Please install 'flatbuffers' in order to use Exported serialization")
+
+    monkeypatch.setattr(exported_program.jax.export, "export", cannot)
+    fourth = exported_program.build(member, static, dyn_c, x0_c)
+    assert fourth.how == "traced" and fourth.exported is None
+    out = fourth.program(dyn_c, x0_c)
+    assert all(np.array_equal(out[k], direct[k], equal_nan=True) for k in direct)
+
+
+def test_a_worker_without_the_program_takes_the_published_one(case, client):
+    """The protocol the driver and its workers follow: a task asked for the program
+    returns the bytes its worker exported; once they are published, a worker without the
+    program compiles them (``how == "shipped"``) and gives the same numbers."""
+    from diffmb.design import exported_program  # noqa: F401  (what the workers run)
+
+    _, _, dyn_c, x0_c, token, job = _first_chunk(case)
+    a, b = sorted(client.scheduler_info()["workers"])
+    run = lambda on, want: client.submit(distributed._run_task, token, job, distributed._dtype(), dyn_c, x0_c,
+                                         want, workers=[on], pure=False).result()
+    first = run(a, True)
+    assert first[5] is not None
+    client.publish_dataset(client.scatter(first[5], broadcast=True, hash=False),
+                           name=distributed._program_name(token))
+    try:
+        second = run(b, False)
+    finally:
+        client.unpublish_dataset(distributed._program_name(token))
+    assert second[5] is None  # not asked for, not made there
+    how = client.run(lambda: {t: e[2].how for t, e in distributed._PROGRAMS.items()})
+    assert how[a][token] == "exported" and how[b][token] == "shipped"
+    for k in first[0]:
+        assert np.array_equal(first[0][k], second[0][k], equal_nan=True), k
+
+
 def test_local_workers_are_pinned_single_threaded_and_share_a_compilation_cache():
     """What ``--workers 2`` starts on this 2-core machine: each worker process, all its
     threads, on a core of its own; XLA on one thread; one persistent compilation cache

@@ -7,7 +7,10 @@ with the same compiled program the one-process sweep uses, so a sweep on any num
 workers equals the one-process sweep member for member (bit for bit on the same backend
 and dtype). What a task carries: the pickled per-member run (the System and the static
 part of the params, a few kB; unpickled and compiled once per worker process and kept for
-the sweep's later chunks) and its chunk's slice of the params.
+the sweep's later chunks) and its chunk's slice of the params. The first worker to compile
+the chunk program exports it; the driver publishes those bytes, and a worker that starts
+later (a replacement, a late joiner) compiles them instead of tracing the run again
+(:mod:`diffmb.design.exported_program`).
 
 A worker that dies (a killed process, a lost node) loses only the chunk it was running:
 the scheduler hands that chunk to another worker; and once every chunk is handed out, a
@@ -50,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _config
+from . import exported_program
 from .batch import (
     _batch_size,
     _take,
@@ -59,13 +63,12 @@ from .batch import (
     default_chunk,
     member_runner,
     n_chunks,
-    run_chunk,
 )
 
 EXTRA = "cluster"
 
-#: Per worker process: the sweeps it has run chunks of (token -> (member, static,
-#: compiled program)); the two most recent are kept.
+#: Per worker process: the sweeps it has run chunks of (token -> [member, static, its
+#: :class:`~diffmb.design.exported_program.Built` program]); the two most recent are kept.
 _PROGRAMS: dict = {}
 
 
@@ -99,9 +102,13 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
-def _run_task(token, job, dtype, dyn_chunk, x0_chunk):
+def _run_task(token, job, dtype, dyn_chunk, x0_chunk, want_program=False):
     """One chunk on a worker: ``(metrics, compile_s, run_s, worker id, its diffmb's
-    code_fingerprint)``."""
+    code_fingerprint, the chunk program's exported bytes if ``want_program`` or this worker
+    has just exported them, else None)``.
+    A worker without the program compiles the one another worker exported
+    (:mod:`diffmb.design.exported_program`, :func:`_shipped`) instead of tracing it again:
+    a retried task (its first worker died) finds it too."""
     if dtype != _dtype():
         raise ValueError(f"this worker computes in {_dtype()}, the sweep in {dtype}: start the workers "
                          f"with the driver's DIFFMB_FLOAT32 setting")
@@ -115,8 +122,31 @@ def _run_task(token, job, dtype, dyn_chunk, x0_chunk):
             _PROGRAMS.pop(next(iter(_PROGRAMS)))
         _PROGRAMS[token] = entry
     tic = time.perf_counter()
-    out, entry[2], compile_s = run_chunk(entry[2], entry[0], entry[1], dyn_chunk, x0_chunk)
-    return out, compile_s, time.perf_counter() - tic - compile_s, _worker_id(), code_fingerprint()
+    compile_s, made = 0.0, False
+    if entry[2] is None:
+        entry[2] = exported_program.build(entry[0], entry[1], dyn_chunk, x0_chunk, _shipped(token))
+        compile_s, made = entry[2].compile_s, entry[2].how == "exported"
+    out = entry[2].program(dyn_chunk, x0_chunk)
+    return (out, compile_s, time.perf_counter() - tic - compile_s, _worker_id(), code_fingerprint(),
+            entry[2].exported if made or want_program else None)
+
+
+def _program_name(token) -> str:
+    """The name of the Dask dataset through which the driver shares a sweep's exported
+    chunk program (a future of its bytes, held on the workers) with workers that lack it."""
+    return f"diffmb-chunk-program-{token}"
+
+
+def _shipped(token) -> bytes | None:
+    """Run on a worker: the exported program of the sweep ``token`` when the driver has
+    published one (another worker's), else None."""
+    from distributed import get_client
+
+    try:
+        found = get_client().get_dataset(_program_name(token), default=None)
+    except ValueError:  # not on a worker
+        return None
+    return None if found is None else found.result()
 
 
 #: a chunk out for longer than this many times the median chunk (plus :data:`SLACK_S`)
@@ -388,13 +418,14 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
         bar = tqdm(total=B, initial=sum(len(p["status"]) for p in pieces.values()), desc="sweep", unit="member")
     pending, running, seen, other, runs, backed = {}, RunningSince(), set(), set(), [], set()
     compile_s = 0.0
+    shipped = False  # whether the exported program is published to the workers
 
     order = {}
 
     def submit(n, key, on=None):
         idx, _ = chunk_members(n, chunk, B)
-        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], key=key, pure=False,
-                          workers=on, allow_other_workers=on is not None)
+        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], not shipped, key=key,
+                          pure=False, workers=on, allow_other_workers=on is not None)
         pending[f] = n
         order.setdefault(n, len(order))
         running.handed_out(f, time.perf_counter(), workers)
@@ -435,8 +466,13 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
                     continue
                 n = pending.pop(f)
                 running.came_back(f, time.perf_counter(), workers)
-                out, took, ran, worker, theirs = f.result()  # a chunk that raised raises here
+                out, took, ran, worker, theirs, blob = f.result()  # a chunk that raised raises here
                 f.release()  # the worker may drop it now
+                if blob is not None and not shipped:
+                    # held on every worker there is: one that joins later fetches it from one of them
+                    client.publish_dataset(client.scatter(blob, broadcast=True, hash=False),
+                                           name=_program_name(token), override=True)
+                    shipped = True
                 twins = [g for g, m in pending.items() if m == n]
                 if twins:
                     client.cancel(twins)
@@ -460,6 +496,8 @@ def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch
     finally:
         if pending:
             client.cancel(list(pending))
+        if shipped:
+            client.unpublish_dataset(_program_name(token))
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - tic
