@@ -353,7 +353,9 @@ def test_local_workers_are_pinned_single_threaded_and_share_a_compilation_cache(
     """What ``--workers 2`` starts on this 2-core machine: each worker process, all its
     threads, on a core of its own; XLA on one thread; one persistent compilation cache
     (a temporary folder unless JAX_COMPILATION_CACHE_DIR names one, as the test session's
-    does) and EQX_ON_ERROR=nan, without which XLA caches none of diffrax's programs."""
+    does) and EQX_ON_ERROR=nan, without which XLA caches none of diffrax's programs; each
+    worker forked from a server that has imported diffmb (multiprocessing's forkserver), not
+    a spawned interpreter importing it again."""
     from distributed import Client
 
     cores = sorted(os.sched_getaffinity(0))
@@ -363,12 +365,14 @@ def test_local_workers_are_pinned_single_threaded_and_share_a_compilation_cache(
             assert distributed.pin_workers(c) == (len(cores) >= 2)
             got = c.run(lambda: ({frozenset(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")},
                                  os.environ["EQX_ON_ERROR"], os.environ["XLA_FLAGS"],
-                                 os.environ["JAX_COMPILATION_CACHE_DIR"]))
+                                 os.environ["JAX_COMPILATION_CACHE_DIR"],
+                                 open(f"/proc/{os.getppid()}/cmdline", "rb").read().replace(b"\0", b" ")))
     finally:
         cluster.close()
     (a, *ra), (b, *rb) = got.values()
     assert ra == rb and ra[0] == "nan" and "--xla_cpu_multi_thread_eigen=false" in ra[1]
     assert ra[2] == os.environ["JAX_COMPILATION_CACHE_DIR"]
+    assert b"forkserver" in ra[3] and b"diffmb.design.distributed" in ra[3], ra[3]
     if len(cores) >= 2:
         assert len(a) == len(b) == 1 and a != b and {next(iter(a)), next(iter(b))} <= {frozenset({x}) for x in cores}
     env, made = distributed.worker_env()
@@ -409,7 +413,14 @@ if __name__ == "__main__":
     cluster.close()
     del cluster
     gc.collect()
-    print(first == again, *first, os.environ.get("EQX_ON_ERROR"))
+    # a second cluster in the same process: its workers fork from the same server, whose
+    # JAX read the cache folder once; the folder is the same and still there
+    cluster = distributed.local_cluster(1)
+    client = Client(cluster)
+    (_, *second), = client.run(seen).values()
+    client.close()
+    cluster.close()
+    print(first == again == second, os.path.isdir(first[1]), *first, os.environ.get("EQX_ON_ERROR"))
 """
 
 
@@ -421,8 +432,9 @@ def test_workers_import_with_their_settings_replacements_too(tmp_path):
     it: given only that way, no worker wrote a chunk's program to the cache (equinox's
     checks stayed host callbacks) and a killed worker's replacement compiled it again
     (9 s for fold-4panel's chunk; 3.8 s read back). A driver without either setting, the
-    worker and its replacement after SIGKILL, and the driver's environment as it was
-    once the cluster is gone."""
+    worker and its replacement after SIGKILL (forked from a server that imported diffmb,
+    :func:`distributed._fork_workers`), a second cluster's worker, and the driver's
+    environment as it was once the clusters are gone."""
     import subprocess
 
     script = tmp_path / "driver.py"
@@ -431,8 +443,8 @@ def test_workers_import_with_their_settings_replacements_too(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    same, on_error, cache, driver_after = r.stdout.split()
-    assert same == "True" and on_error == "nan" and "diffmb-sweep-jax-cache-" in cache
+    same, there, on_error, cache, driver_after = r.stdout.split()
+    assert same == there == "True" and on_error == "nan" and "diffmb-sweep-jax-cache-" in cache
     assert driver_after == "None"
 
 

@@ -23,16 +23,19 @@ a million members never holds its whole params on the scheduler, and Ctrl-C (``s
 cancels only a few.
 
 ``workers=N`` starts a local cluster of N single-threaded worker processes on
-127.0.0.1 for the sweep, each pinned to a core of its own and all reading one
-compilation cache (:func:`local_cluster`, :func:`pin_workers`), and stops it after;
+127.0.0.1 for the sweep, forked from a server that has imported diffmb, each pinned to a
+core of its own and all reading one compilation cache (:func:`local_cluster`,
+:func:`_fork_workers`, :func:`pin_workers`), and stops it after;
 ``address="HOST:PORT"`` joins a running scheduler (``dask scheduler`` and ``dask worker`` on a cluster, see
-``docs/distributed-sweeps.md``). Local workers are spawned processes: a script that
-calls :func:`sweep` with ``workers`` needs the ``if __name__ == "__main__":`` guard.
+``docs/distributed-sweeps.md``). A script that calls :func:`sweep` with ``workers`` keeps
+the ``if __name__ == "__main__":`` guard (where workers are spawned, off Unix, they import
+the main module).
 Needs the ``cluster`` extra (``pip install 'diffmb[cluster]'``).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 import hashlib
@@ -226,11 +229,17 @@ def local_cluster(workers: int):
     """A Dask cluster of ``workers`` single-threaded worker processes on 127.0.0.1 (the
     scheduler's HTTP endpoint on a free port there, none on the workers; no memory limit:
     a worker's compiled programs are its working set), sharing one JAX compilation cache
-    (:func:`worker_env`)."""
+    (:func:`worker_env`), forked from a server that has imported diffmb
+    (:func:`_fork_workers`)."""
     from distributed import LocalCluster
 
-    env, made = worker_env()
-    restore = _add_to_environment(env)
+    env, _ = worker_env()
+    restores = [_add_to_environment(env), _fork_workers()]
+
+    def restore():
+        for r in restores:
+            r()
+
     try:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address="127.0.0.1:0", worker_dashboard_address=None, memory_limit=0,
@@ -248,18 +257,48 @@ def local_cluster(workers: int):
 
     cluster.close = close_and_restore
     weakref.finalize(cluster, restore)
-    if made is not None:
-        weakref.finalize(cluster, shutil.rmtree, made, ignore_errors=True)
     return cluster
+
+
+def _fork_workers():
+    """Have this process's Dask nannies fork their workers from a server process that has
+    imported diffmb (multiprocessing's forkserver, diffmb preloaded) instead of spawning
+    interpreters that import it again; returns what restores Dask's setting. A spawned
+    worker took 1.5-1.6 s to register and then 1.2-1.6 s to import JAX and diffmb before
+    it could read its first task: what a killed worker's replacement cost the sweep beyond
+    its lost chunk. The server imports diffmb with the workers' environment already in
+    place (:func:`_add_to_environment`), and importing it starts none of JAX's threads (no
+    backend until a worker computes), so forking from it is safe. Unix only: elsewhere
+    the workers are spawned as before."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return lambda: None
+    import dask
+    from distributed.utils import get_mp_context
+
+    setting = dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    # Dask sets its own preload list at its first call; ours replaces it (a server already
+    # running keeps the one it started with)
+    get_mp_context().set_forkserver_preload(["distributed", __name__])
+    done = []
+
+    def restore():
+        if not done:
+            done.append(True)
+            setting.__exit__(None, None, None)
+
+    return restore
 
 
 def _add_to_environment(env: dict):
     """Add ``env`` to this process's environment, for as long as its local cluster lives;
-    returns what restores it. The cluster's Nannies run in this process and spawn the
-    workers, replacements too; a spawned worker imports the driver's main module, and with
-    it JAX and equinox, before Dask's ``env`` reaches its ``os.environ``, and JAX reads the
-    cache folder and equinox ``EQX_ON_ERROR`` at import. Given only through Dask's ``env``,
-    neither took effect: no worker wrote a chunk's program to the cache, and a killed
+    returns what restores it. The cluster's Nannies run in this process and start the
+    workers, replacements too, from a server that imports diffmb, and with it JAX and
+    equinox, when the first worker starts (:func:`_fork_workers`; a spawned worker imports
+    the driver's main module likewise), before Dask's ``env`` reaches a worker's
+    ``os.environ``; JAX reads the cache folder and equinox ``EQX_ON_ERROR`` at import.
+    Given only through Dask's ``env``, neither took effect: no worker wrote a chunk's program to the cache, and a killed
     worker's replacement compiled it again (9 s for fold-4panel's chunk, against 3.8 s read
     back). Inherited, they are in place before any import. Restored when the cluster is
     closed (or collected); restoring twice is harmless."""
@@ -280,11 +319,16 @@ def _add_to_environment(env: dict):
     return restore
 
 
+_MADE_CACHE: list = []
+
+
 def worker_env() -> tuple[dict, str | None]:
     """``(environment of the local workers, the cache folder made for them or None)``.
 
     * One persistent JAX compilation cache: the folder ``JAX_COMPILATION_CACHE_DIR`` names,
-      or else a temporary one removed with the cluster. A worker that replaces a killed
+      or else a temporary one, one for all the local clusters this process starts (their
+      workers fork from one server, :func:`_fork_workers`, whose JAX read it once),
+      removed when this process exits. A worker that replaces a killed
       one, or joins late, reads a chunk's program back instead of compiling it again
       (fold-4panel's chunk: about 10 s), so a lost worker costs little more than its
       in-flight chunk.
@@ -299,7 +343,10 @@ def worker_env() -> tuple[dict, str | None]:
     cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     made = None
     if not cache:
-        cache = made = tempfile.mkdtemp(prefix="diffmb-sweep-jax-cache-")
+        if not _MADE_CACHE:
+            _MADE_CACHE.append(tempfile.mkdtemp(prefix="diffmb-sweep-jax-cache-"))
+            atexit.register(shutil.rmtree, _MADE_CACHE[0], ignore_errors=True)
+        cache = made = _MADE_CACHE[0]
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" not in flags:
         flags = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
