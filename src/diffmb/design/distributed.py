@@ -298,10 +298,11 @@ def _add_to_environment(env: dict):
     equinox, when the first worker starts (:func:`_fork_workers`; a spawned worker imports
     the driver's main module likewise), before Dask's ``env`` reaches a worker's
     ``os.environ``; JAX reads the cache folder and equinox ``EQX_ON_ERROR`` at import.
-    Given only through Dask's ``env``, neither took effect: no worker wrote a chunk's program to the cache, and a killed
-    worker's replacement compiled it again (9 s for fold-4panel's chunk, against 3.8 s read
-    back). Inherited, they are in place before any import. Restored when the cluster is
-    closed (or collected); restoring twice is harmless."""
+    Given only through Dask's ``env``, neither took effect: no worker wrote a chunk's
+    program to the cache, and a killed worker's replacement compiled it again (9 s for
+    fold-4panel's chunk, against 3.8 s read back). Inherited, they are in place before any
+    import. Restored when the cluster is closed (or collected); restoring twice is
+    harmless."""
     before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     done = []
@@ -328,10 +329,9 @@ def worker_env() -> tuple[dict, str | None]:
     * One persistent JAX compilation cache: the folder ``JAX_COMPILATION_CACHE_DIR`` names,
       or else a temporary one, one for all the local clusters this process starts (their
       workers fork from one server, :func:`_fork_workers`, whose JAX read it once),
-      removed when this process exits. A worker that replaces a killed
-      one, or joins late, reads a chunk's program back instead of compiling it again
-      (fold-4panel's chunk: about 10 s), so a lost worker costs little more than its
-      in-flight chunk.
+      removed when this process exits. A worker that replaces a killed one, or joins
+      late, reads a chunk's program back instead of compiling it again (fold-4panel's
+      chunk: about 10 s), so a lost worker costs little more than its in-flight chunk.
     * ``EQX_ON_ERROR=nan``: equinox's runtime checks inside diffrax are host callbacks
       otherwise, and XLA never caches a program with one. What they check (``t1 > t0``,
       increasing save times) :func:`diffmb.simulate` checks before tracing, so no result
