@@ -41,7 +41,9 @@ def vmap_blocks(f: Callable, block: int = BLOCK) -> Callable:
     ``lax.map`` over vmapped blocks of ``block`` members (the last block filled up with
     copies of the first member, dropped from the result) traced with the small products
     written out; elsewhere as ``jit(vmap(f))``. Non-array arguments are not allowed;
-    close over them instead."""
+    close over them instead. On a CPU, a closed-chain projection inside ``f`` stops at
+    round-off in a while loop (:func:`diffmb.constraints.project_state`): derivatives
+    through it in forward mode only."""
     vf = jax.vmap(f)
     cpu = _on_cpu()
 
