@@ -16,6 +16,7 @@ programs) for matrices up to :data:`MAX` rows; everywhere else the library kerne
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from . import spatial as sp
 
@@ -48,4 +49,4 @@ def cho_solve(L, b):
         for k in range(i + 1, n):
             s = s - L[k, i] * x[k]
         x[i] = s / L[i, i]
-    return jax.numpy.stack(x)
+    return jnp.stack(x)
