@@ -24,6 +24,10 @@ def _model():
     return diffmb.load_urdf(URDF, gravity=(0.0, 0.0, -G))  # the example linkage lies in the x-z plane
 
 
+# slow job: a second model of the four-bar check (~8 s); the default job keeps
+# test_closures::test_fourbar_matches_minimal_coordinates and this loop file's assembly
+# (test_data_files, test_couplings)
+@pytest.mark.slow
 def test_loop_file_four_bar_matches_the_one_coordinate_model():
     model = _model()
     system = closed_chain.closed_system(model, LOOPS)

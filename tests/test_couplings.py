@@ -213,6 +213,9 @@ def test_urdf_mimic_matches_pinocchio_mimic_model(seed):
     assert _pin_mimic_check(MIMIC_ARM, seed, from_file=False) > 0.1
 
 
+# slow job: a second robot for the mimic cross-check (~4 s); Pinocchio's mimic model stays in the
+# default job (test_urdf_mimic_matches_pinocchio_mimic_model)
+@pytest.mark.slow
 def test_panda_fingers_mimic_matches_pinocchio():
     (path,) = [p for p in robot_urdfs() if p.name == "panda.urdf"]
     assert [s["joint"] for s in mimic_closures(path)] == ["panda_finger_joint2"]

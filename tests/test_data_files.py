@@ -111,6 +111,9 @@ def test_a_binary_file_is_one_line_naming_it(tmp_path, capsys, name, content, wo
         assert w in line, line
 
 
+# slow job: a whole fit (~8 s); the default job keeps the npz record reader
+# (test_the_npz_diffmb_run_writes_is_a_record) and CLI fits (test_design, test_fit_goodness)
+@pytest.mark.slow
 def test_fit_reads_the_npz_of_a_run(tmp_path, capsys):
     """``diffmb fit`` on the npz ``diffmb run`` wrote (pendulum: one angle) recovers the
     run's own gravity from a start 10 % off."""

@@ -164,6 +164,15 @@ def test_scenario_hinge_options_validate():
     assert params0["forcing"] is None and float(params0["model"].stiffness[6]) == 0.1
     with pytest.raises(ValueError, match="hinge"):
         sc.make({"hinge": 2})
+    # a deployment latch 0.2 rad past flat, opposite each hinge's fold; without damping
+    # the scenario still declares energy conserved
+    v = {"hinge": 1.0, "latch": 0.2, "stop_k": 20.0, "stop_c": 0.0}
+    system, params, _ = sc.make(v, None)
+    stop, fold = params["forcing"]["stop"], np.sign(np.asarray(params["q0"])[list(system.tau_fn.indices)])
+    assert set(fold) == {-1.0, 1.0}  # folds both ways: both latch sides are built
+    np.testing.assert_array_equal(np.asarray(stop["lower"])[fold > 0], -0.2)
+    np.testing.assert_array_equal(np.asarray(stop["upper"])[fold < 0], 0.2)
+    assert "energy" in sc.conserved(sc.resolve(v)) and "energy" not in sc.conserved(sc.resolve({**v, "stop_c": 1.0}))
     from diffmb.scenarios.origami import outlines
 
     assert outlines("pendulum", {}) is None if "pendulum" in scenarios.REGISTRY else True
@@ -199,6 +208,11 @@ def test_gradient_wrt_hinge_parameters_matches_finite_differences():
         assert abs(fd) > 1e-4  # the parameter matters over this horizon
 
 
+# slow job: two 10 s runs (~7 s); the default job keeps the latch's limits and declared
+# conservation (test_scenario_hinge_options_validate), energy with stops and the hinge
+# potential over a run (test_energy_conserved_with_tape_springs_and_stops) and the smooth
+# switch tending to the exact contact (test_smooth_stop_is_conservative_and_tends_to_the_exact_contact)
+@pytest.mark.slow
 def test_latch_strike_conserves_energy_and_the_smooth_switch_integrates_better():
     """fold-4panel with a tape spring and an undamped deployment latch 0.2 rad past flat:
     the panel strikes the latch (theta_j < -0.2) and rebounds; the energy, with the

@@ -46,6 +46,9 @@ def test_armature_and_two_free_bodies_match_mujoco(seed):
     assert abs(float(diffmb.kinetic_energy(imp.model, imp.q0, imp.qd0)) - d.energy[1]) < 1e-12 * max(1, d.energy[1])
 
 
+# slow job: a dopri8 run (~5 s) of what the default job pins at single states against MuJoCo
+# (test_armature_and_two_free_bodies_match_mujoco) and over a run on one free body (test_simulate)
+@pytest.mark.slow
 def test_a_forest_of_free_bodies_keeps_its_momentum_without_gravity():
     xml = ARMATURE_AND_FOREST.replace('gravity="0.3 -1 -9.81"', 'gravity="0 0 0"').replace(
         'armature="0.05"', 'armature="0"').replace('armature="0.4" ', "")

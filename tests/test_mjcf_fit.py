@@ -49,6 +49,10 @@ def test_a_files_numbers_are_named_parameters(arm):
         sc.make({"damping.knee": 1.0}, None)
 
 
+# slow job: a whole fit (~11 s); the default job keeps the file's named numbers
+# (test_a_files_numbers_are_named_parameters), fits (test_design) and MuJoCo's records against
+# ours (test_fit_sensors)
+@pytest.mark.slow
 def test_fit_a_files_damping_and_stiffness_to_mujocos_records_of_it(arm):
     """MuJoCo simulates the file (RK4, 0.5 ms) for 1.5 s; a 0.5 mm marker and a
     0.05 deg/s gyro sampled at 40 Hz with seeded noise; the elbow's damping and stiffness

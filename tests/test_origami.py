@@ -95,6 +95,9 @@ def test_projection_puts_back_a_free_flying_folds_momentum():
         assert float(v["position"]) < 1e-10 and float(v["velocity"]) < 1e-8
 
 
+# slow job: Fig. 20's run (~6 s); the default job keeps this fold's projection putting momentum
+# back (test_projection_puts_back_a_free_flying_folds_momentum) and fold-4panel's projected run
+@pytest.mark.slow
 def test_three_by_three_runs_with_projection():
     """The case the paper could not run (Fig. 20): two closures on one body."""
     system, _ = build(fold_3x3(), stabilization="projection")

@@ -291,6 +291,9 @@ def test_scheel_ring_is_rigid_and_fold_scenario_registered():
 # ---------------------------------------------------------------------------- simulation
 
 
+# slow job: a second fold for the projected-run check (~7 s); the default job keeps fold-4panel's
+# (test_origami), this file's build and the Miura closure solve (test_closure_solve)
+@pytest.mark.slow
 def test_miura_example_conserves_energy_momentum_and_closures():
     pattern = load_fold(EXAMPLES / "miura_3x3.fold", stiffness=0.05)
     system, _ = build(pattern, stabilization="projection")

@@ -121,7 +121,9 @@ def _free_state(rng, model):
     return q, qd
 
 
-@pytest.mark.parametrize("seed", [3, 4])
+# a second random structure (~4 s) in the slow job: the default job keeps seed 3 and the
+# floating-base robots (test_robots)
+@pytest.mark.parametrize("seed", [3, pytest.param(4, marks=pytest.mark.slow)])
 def test_floating_base_random_tree(seed):
     rng = np.random.default_rng(seed)
     xml = random_urdf(rng, int(rng.integers(8, 13)))

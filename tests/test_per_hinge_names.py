@@ -35,6 +35,9 @@ def _assert_same_params(p, q, rtol=0.0):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=0.0)
 
 
+# slow job: three runs (~5 s); the default job keeps make's and bind's per-hinge parameters equal
+# (test_bind_agrees_with_make_and_keeps_per_hinge_overrides) and a sweep over a per-hinge name
+@pytest.mark.slow
 def test_make_sets_one_hinges_stiffness_and_the_run_follows_it():
     system, p_named, values = FOLD.make({"K.theta_j": "0.2"})
     _, p0, _ = FOLD.make()

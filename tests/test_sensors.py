@@ -26,7 +26,11 @@ def _moving_state(system, params, seed):
     return jnp.asarray(x)
 
 
-@pytest.mark.parametrize("name", ["fold-4panel", "slider-crank", "uk-hinged-cubes"])
+# fold-4panel (~6 s) in the slow job: the default job keeps the tree's body velocities against
+# pose derivatives (test_tree::test_body_velocities_match_pose_derivatives), a tree's frames in
+# the accelerometer check, and MuJoCo's fold-4panel markers and gyro against ours (test_fit_sensors)
+@pytest.mark.parametrize("name", [pytest.param("fold-4panel", marks=pytest.mark.slow), "slider-crank",
+                                  "uk-hinged-cubes"])
 def test_body_frames_rates_are_the_time_derivatives_of_the_poses(name):
     """Tree (ABA), Kane's cut-joint system and Udwadia-Kalaba: the origin velocity is
     d pos/dt and the body-axes rate is the axial vector of -R_dot R^T, both along the
@@ -47,6 +51,9 @@ def test_body_frames_rates_are_the_time_derivatives_of_the_poses(name):
                                np.broadcast_to(np.eye(3), bf.rot.shape), atol=1e-12)
 
 
+# slow job: ~5 s; the default job keeps the accelerometer as a marker's second derivative, sensors
+# read from records, and MuJoCo's markers and gyro against ours (test_fit_sensors)
+@pytest.mark.slow
 def test_pendulum_marker_gyro_and_accelerometer_closed_form():
     """A pendulum released from theta0: the angle sensor reads the coordinate, the gyro's
     magnitude is |theta_dot| (one hinge axis), the body origin (the pivot) stays put, and an

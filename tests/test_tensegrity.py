@@ -140,6 +140,11 @@ def test_correction_restores_constraints_to_gamma(energy_correction):
         assert float(y[-1]) == 0.0
 
 
+# slow job: 3 s runs at 1e-11 (~5 s); the default job keeps the power balance
+# (test_power_balance), energy accounted for over a damped run to 1e-8
+# (test_work_of_dampers_balances_energy) and the correction
+# (test_correction_restores_constraints_to_gamma)
+@pytest.mark.slow
 def test_energy_conserved_without_damping_or_force():
     system, p, _ = tbar()
     for stab, bound in (("none", 1e-8), ("projection", 1e-9)):
@@ -331,6 +336,9 @@ def test_stiffness_matches_closed_form_and_compliance_is_string_dominated():
     np.testing.assert_allclose(comp["hdpe"][2:] / comp["aluminium"][2:], 68.0, rtol=0.05)
 
 
+# slow job: Fig. 15 at full length with dopri8 at 1e-12 (~9 s); the default job keeps the
+# compressible T-bar's power balance, linearisation and stiffness
+@pytest.mark.slow
 def test_compressible_bars_tend_to_rigid_bars():
     """Fig. 15: stiff compressible bars follow the rigid T-bar, the difference ~ 1/E."""
     rigid, p, v = scenarios.get("tbar").make({}, "none")

@@ -287,7 +287,8 @@ def test_free_rigid_body_euler_equations(seed, gravity):
 
 
 @pytest.mark.parametrize("state_seed", [0, 1])
-@pytest.mark.parametrize("name", list(STRUCTS))
+# free_b, a second free-base structure (~3.5 s), in the slow job: "free" has every joint kind
+@pytest.mark.parametrize("name", ["free", "fixed", pytest.param("free_b", marks=pytest.mark.slow)])
 def test_random_tree_aba_rnea_crba_agree(name, state_seed):
     model = _model(name)
     q, qd = random_state(model, state_seed)
@@ -437,6 +438,10 @@ def test_external_force_on_free_body_is_newton_euler():
 # ------------------------------------------------------------- fixed-link merging
 
 
+# slow job: ~4 s; the default job keeps merged fixed links
+# (test_urdf::test_fixed_joint_merges_mass_and_inertia) and Pinocchio's robots with fixed children
+# (test_robots)
+@pytest.mark.slow
 def test_fixed_links_match_locked_revolute_joints():
     """A fixed link behaves as a revolute joint locked at q = 0: M and C of the merged
     model are the sub-blocks of the unlocked model's; frames sit at the locked poses."""
@@ -568,6 +573,9 @@ def test_grad_wrt_model_parameters_matches_finite_differences():
 # -------------------------------------------------------------------- vmap
 
 
+# slow job: ~5 s; the default job keeps vmapped dynamics against one state at a time
+# (test_vmap_over_stacked_parameter_sets_matches_loop, test_vectorize)
+@pytest.mark.slow
 def test_vmap_over_states_matches_loop():
     model = _model("fixed")
     states = [random_state(model, s) for s in range(4)]
