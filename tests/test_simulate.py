@@ -10,6 +10,7 @@ import pytest
 
 import diffmb
 from diffmb import ModelBuilder, System, TreeSystem, simulate
+from diffmb.integrate import MIN_CHECKPOINTED_STEPS, fixed_step_bound
 from diffmb.scenarios.pendulum import chain_model
 
 
@@ -288,6 +289,9 @@ def test_gradient_through_adaptive_solver_and_params():
     np.testing.assert_allclose(jax.grad(loss)(4.0), -0.3 * math.sin(2.0) / 4.0, rtol=1e-6)
 
 
+# slow job: ~4 s; the default job checks vmapped runs against single ones through sweeps
+# (test_design::test_sweep_members_equal_single_runs, test_sweep_metrics)
+@pytest.mark.slow
 def test_vmap_equals_loop():
     model = chain_model([1.0, 1.0], [1.0, 1.0], 9.81)
     system = TreeSystem(model, q0=[0.5, 0.1])
@@ -317,7 +321,14 @@ def test_new_numbers_do_not_recompile():
     n = len(traces)
     simulate(s, t1=1.0, dt=0.01, saveat=11, params={"g": jnp.asarray(3.0)})
     simulate(s, t1=2.0, t0=1.0, dt=0.01, saveat=11, x0=jnp.array([0.0, -1.0, 0.1, 0.0]))
+    # a fixed step: another horizon and step count (500 steps against 100) and tolerances
+    # it does not read share the program
+    simulate(s, t1=5.0, dt=0.01, saveat=11, rtol=1e-11, atol=1e-12)
     assert len(traces) == n
+    # ... up to MIN_CHECKPOINTED_STEPS steps with the checkpointed adjoint; the direct
+    # adjoint's bounded loop, which runs all its iterations under vmap, stays tight
+    assert fixed_step_bound(500) == fixed_step_bound(100) == MIN_CHECKPOINTED_STEPS
+    assert fixed_step_bound(100, "direct") == 128 and fixed_step_bound(5000) == 8192
 
 
 def test_free_body_mrp_switching_conserves_momentum():

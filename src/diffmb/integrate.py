@@ -260,6 +260,22 @@ def _next_pow2(n: int) -> int:
     return 1 << max(4, math.ceil(math.log2(max(n, 1))))
 
 
+#: The fewest steps a fixed-step run with the checkpointed adjoint is compiled for: runs
+#: of one structure with up to this many steps share a program, whatever their horizon
+#: and step (the bound sizes the step grid and reverse mode's checkpoints, and a run's
+#: forward loop stops at its last step). The direct adjoint keeps the tightest power of
+#: two: its bounded loop, vmapped (a fit's records), runs every one of its ``max_steps``
+#: iterations.
+MIN_CHECKPOINTED_STEPS = 1024
+
+
+def fixed_step_bound(n_steps: int, adjoint: str = "checkpoint") -> int:
+    """``max_steps`` of a fixed-step run of ``n_steps`` steps: the next power of two above
+    it, at least :data:`MIN_CHECKPOINTED_STEPS` with the checkpointed adjoint."""
+    bound = _next_pow2(n_steps + 1)
+    return max(bound, MIN_CHECKPOINTED_STEPS) if adjoint == "checkpoint" else bound
+
+
 def _adjoint(name):
     if name == "checkpoint":
         return dfx.RecursiveCheckpointAdjoint()
@@ -322,7 +338,7 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
     params, x0 = _initial_values(system, params, x0)
     ts = save_grid(t0f, t1f, None if dt is None else float(dt), saveat)
     if max_steps is None:
-        max_steps = _next_pow2(math.ceil((t1f - t0f) / float(dt) * (1 + 1e-9)) + 1) if fixed else 1 << 20
+        max_steps = fixed_step_bound(math.ceil((t1f - t0f) / float(dt) * (1 + 1e-9)), adjoint) if fixed else 1 << 20
     dtype = x0.dtype
     # tolerances below the state's resolution collapse the step size (float32 at the
     # origami defaults' rtol 1e-10): raise them to 100 eps of its dtype
@@ -336,8 +352,9 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
     dt0 = None if dt is None else jnp.asarray(dt, dtype)
     run = _Run(
         solver=solver,
-        rtol=float(rtol),
-        atol=float(atol),
+        # a fixed step reads no tolerance: runs that differ only in them share a program
+        rtol=0.0 if fixed else float(rtol),
+        atol=0.0 if fixed else float(atol),
         max_steps=int(max_steps),
         n_events=len(events),
         progress=bool(progress),

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
-from .integrate import FIXED_SOLVERS, compile_simulation
+from .integrate import FIXED_SOLVERS, compile_simulation, fixed_step_bound
 from .trajectory import Trajectory, concatenate
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ def segment_settings(p: Plan) -> dict:
     longest, shortest = -(-p.steps // p.segments), p.steps // p.segments
     return {"steps": longest, "shortest": shortest,
             "saveat": _save_intervals(shortest, longest, p.segments) + 1,
-            "max_steps": 1 << max(4, math.ceil(math.log2(longest + 2)))}
+            "max_steps": fixed_step_bound(longest + 1)}
 
 
 def segment_args(p: Plan, settings: dict, k: int, x0, params) -> dict:
