@@ -293,6 +293,7 @@ class TreeSystem(System):
     def coordinate_roles(self) -> dict:
         return {k: tuple(v) for k, v in self.roles}
 
+    @sp.jit_per_form
     def body_frames(self, x, params) -> BodyFrames:
         q, qd = self.split(x)
         return from_kinematics(kinematics(params["model"], q, qd))

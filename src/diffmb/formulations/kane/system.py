@@ -304,6 +304,7 @@ class CutJointSystem(System):
     def body_names(self) -> tuple:
         return tuple(n for m in self.models for n in m.body_names)
 
+    @sp.jit_per_form
     def body_frames(self, x, params) -> BodyFrames:
         """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`), forest order."""
         q, u, _ = self.unpack(x)

@@ -97,6 +97,7 @@ class UKSystem(System):
         out = jnp.zeros((len(self.body_names), 7), V.dtype)
         return out.at[np.asarray(self.moving, int)].set(V)
 
+    @sp.jit_per_form
     def body_frames(self, x, params) -> BodyFrames:
         """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`)."""
         X, V = self.body_states(x)
