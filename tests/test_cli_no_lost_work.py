@@ -33,6 +33,10 @@ def _interrupt_after(monkeypatch, calls: int):
     monkeypatch.setattr(_common, "pending_interrupt", flag)
 
 
+# slow job: a 3000-member sweep interrupted by a real SIGINT (~8 s); the default job keeps a real
+# SIGINT to a run (test_cli_robustness::test_ctrl_c_while_starting_and_while_running) and a
+# sweep's stop keeping its finished chunks (test_design, test_distributed_sweep)
+@pytest.mark.slow
 def test_sweep_keeps_finished_members_on_ctrl_c(tmp_path):
     """The issue's reproduction: SIGINT once the first chunks are done; the sweep stops
     within seconds (not at the end), exits 130, and the CSV holds the finished members."""

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -65,6 +66,11 @@ def _coupled_state(rng):
     return m, qpos, qvel, T, c
 
 
+# evaluated as one program each (operation by operation they compiled ~500 small ones)
+_accel = eqx.filter_jit(cs.constrained_acceleration)
+_residual = eqx.filter_jit(position_residual)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_joint_equality_matches_reduced_mujoco_dynamics(seed):
     rng = np.random.default_rng(seed)
@@ -84,8 +90,8 @@ def test_joint_equality_matches_reduced_mujoco_dynamics(seed):
     assert [cl.name for cl in imp.closures.closures] == ["gear", "lock"]
     assert imp.closures.labels == ["gear:q", "lock:q"]
     q, qd = jnp.asarray(qpos - m.qpos0), jnp.asarray(qvel)
-    assert np.abs(np.asarray(position_residual(imp.model, q, imp.closures))).max() < 1e-14
-    qdd, _ = cs.constrained_acceleration(imp.model, q, qd, jnp.zeros(4), imp.closures)
+    assert np.abs(np.asarray(_residual(imp.model, q, imp.closures))).max() < 1e-14
+    qdd, _ = _accel(imp.model, q, qd, jnp.zeros(4), imp.closures)
     np.testing.assert_allclose(np.asarray(qdd), ref, atol=1e-10 * max(1.0, np.abs(ref).max()))
 
 
@@ -123,8 +129,9 @@ def test_coupling_coefficients_carry_gradients():
         loops = dataclasses.replace(imp.closures, coef=imp.closures.coef.at[0, 1].set(a1))
         return jnp.sum(jnp.sin(cs.constrained_acceleration(imp.model, q, qd, jnp.zeros(4), loops)[0]))
 
-    g = float(jax.grad(accel)(COEF[1]))
+    g = float(jax.jit(jax.grad(accel))(COEF[1]))
     h = 1e-6
+    accel = jax.jit(accel)
     fd = (float(accel(COEF[1] + h)) - float(accel(COEF[1] - h))) / (2 * h)
     assert abs(g) > 1e-3
     assert g == pytest.approx(fd, rel=1e-7)
@@ -142,8 +149,8 @@ def test_couplings_survive_the_round_trip_to_mjcf():
     np.testing.assert_allclose(np.asarray(back.closures.coef), np.asarray(loops.coef), atol=1e-15)
     assert [c.coords for c in back.closures.closures] == [(1, 0), (2,)]
     q, qd = jnp.array([0.3, -0.6 + 0.027, 0.1]), jnp.array([0.5, -1.0 + 0.09, 0.0])
-    a1 = cs.constrained_acceleration(model, q, qd, jnp.zeros(3), loops)[0]
-    a2 = cs.constrained_acceleration(back.model, q, qd, jnp.zeros(3), back.closures)[0]
+    a1 = _accel(model, q, qd, jnp.zeros(3), loops)[0]
+    a2 = _accel(back.model, q, qd, jnp.zeros(3), back.closures)[0]
     np.testing.assert_allclose(np.asarray(a2), np.asarray(a1), atol=1e-12)
 
 

@@ -134,6 +134,9 @@ def test_fit_residual_jacobian_matches_finite_differences(pendulum_data):
     np.testing.assert_allclose(d, (theta_at(9.81 + h) - theta_at(9.81 - h)) / (2 * h), rtol=1e-6)
 
 
+# slow job: a second fit of the pendulum data (~8 s); the default job keeps the single-shooting
+# fit (test_fit_recovers_parameters_from_factor_three_guess)
+@pytest.mark.slow
 def test_multiple_shooting_fit_from_nearby_guess(pendulum_data):
     res = fit("pendulum", pendulum_data, ["g", "damping"], overrides={"g": 9.0, "damping": 0.06},
               dt=1e-2, shooting=2, max_iterations=60)

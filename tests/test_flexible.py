@@ -155,6 +155,9 @@ def test_energy_conserved_without_damping_or_input(efficient_run):
     assert np.abs(e - e[0]).max() < 1e-8 * np.abs(e).max()
 
 
+# slow job: two runs (~6 s) of the rigid limit; the default job keeps the flexible formulation's
+# two speed choices agreeing, its energy and its prescribed-motion load
+@pytest.mark.slow
 def test_frozen_modes_reproduce_rigid_tree():
     beam = _beam()
     s = _chain("efficient", freeze=True, beam=beam)
@@ -225,6 +228,9 @@ def _rotation_complete_body(seed=0):
         geometric_stiffness=0.5 * (KG + KG.transpose(0, 1, 3, 2)), node_names=("mid", "tip"))
 
 
+# slow job: a free-floating flexible run (~10 s); the default job keeps the flexible formulation's
+# two speed choices agreeing, its energy and its prescribed-motion load
+@pytest.mark.slow
 def test_free_floating_chain_conserves_momentum_with_prescribed_joint():
     """Free-floating two-body chain on a prescribed revolute joint, no external load: total linear and
     angular momentum (including the deformation's ``int (Phi q) x v dm``) are conserved;

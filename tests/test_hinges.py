@@ -26,19 +26,20 @@ def _tape(u, **kw):
 
 
 def test_tape_spring_torque_is_minus_energy_gradient():
+    # each side evaluated as one program (operation by operation: ~200 small ones)
     u = jnp.linspace(-4.0, 4.0, 801)
-    M, _ = _tape(u)
-    dU = jax.vmap(jax.grad(lambda x: H.tape_spring_energy(x, **TAPE)))(u)
+    M, _ = jax.jit(_tape)(u)
+    dU = jax.jit(jax.vmap(jax.grad(lambda x: H.tape_spring_energy(x, **TAPE))))(u)
     np.testing.assert_allclose(M, dU, atol=1e-13)
     # through the factory: tau_fn = -grad potential, per hinge, on the right coordinates
     hs = H.make_hinges((6, 7, 8), 9, tape_spring=dict(TAPE, rest=[0.0, 0.1, -0.2], damping=0.0),
                        stops=dict(upper=[1.0, 1.5, 2.0], lower=-1.2, k=50.0))
     q = jnp.asarray(np.r_[np.zeros(6), [1.3, -0.4, -1.7]])
-    tau = hs.tau_fn(0.0, q, jnp.zeros(9), hs.forcing)
-    np.testing.assert_allclose(tau, -jax.grad(hs.potential)(q, hs.forcing), atol=1e-13)
+    tau = jax.jit(hs.tau_fn)(0.0, q, jnp.zeros(9), hs.forcing)
+    np.testing.assert_allclose(tau, -jax.jit(jax.grad(hs.potential))(q, hs.forcing), atol=1e-13)
     assert np.all(np.asarray(tau[:6]) == 0.0)
     # smooth and finite at flat, also for the parameter gradients (fitting)
-    g = jax.grad(lambda p: H.tape_spring_energy(0.0, *p) + H.tape_spring_moment(0.0, *p))((1.0, 0.3, 0.1))
+    g = jax.jit(jax.grad(lambda p: H.tape_spring_energy(0.0, *p) + H.tape_spring_moment(0.0, *p)))((1.0, 0.3, 0.1))
     assert all(np.isfinite(float(x)) for x in g)
 
 

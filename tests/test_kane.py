@@ -181,15 +181,26 @@ def test_kane_matrices(runs):
     np.testing.assert_allclose(udot, np.asarray(system.vector_field(0.0, x, params))[3:][perm], atol=1e-12)
 
 
-def test_repartition_when_dependent_block_goes_singular(runs):
+# slow job: a second tight run of the slider-crank (~5 s); the default job keeps the
+# re-partition at the singular state itself (test_repartition_when_dependent_block_goes_singular)
+@pytest.mark.slow
+def test_a_run_through_the_singular_partition_matches_the_default_run(runs):
     """With {theta1, s3} forced dependent, C_D is singular at theta1 = pi/2 (crank
     vertical); the run passes it, re-partitions there, and matches the default run."""
-    forced, params = sk.slider_crank(V, independent=("theta2",))
-    assert forced.dependent_names == ("theta1", "s3")
-    default, _, b = runs["kane"]
+    forced, _ = sk.slider_crank(V, independent=("theta2",))
+    _, _, b = runs["kane"]
     a = simulate(forced, t1=T1, saveat=TS, **TIGHT)
     assert float(a["theta1"][-1]) > math.pi / 2 + 0.5  # went through the singular configuration
     np.testing.assert_allclose(np.asarray(a.xs), np.asarray(b.xs), rtol=0, atol=1e-9)
+
+
+def test_repartition_when_dependent_block_goes_singular(runs):
+    """With {theta1, s3} forced dependent, C_D is singular at theta1 = pi/2 (crank
+    vertical): there the build-time partition is rejected, the re-partitioned vector
+    field equals the default one, and without re-partitioning the solve breaks down."""
+    forced, params = sk.slider_crank(V, independent=("theta2",))
+    assert forced.dependent_names == ("theta1", "s3")
+    default = runs["kane"][0]
     # at theta1 = pi/2 exactly the build-time partition is rejected
     q, u = sk.slider_crank_state(V["l1"], V["l2"], math.pi / 2, 1.0)
     x = jnp.asarray(np.concatenate([q, u]))
@@ -327,6 +338,10 @@ def test_dual_arm_mission():
     np.testing.assert_allclose(ends[0.0], ends[1.0], atol=1e-7)
 
 
+# slow job: the dual-arm build (~10 s: two arms welded to a target), the build-time half of the
+# slow mission test; the default job keeps the Kane partition, weld rows and build checks on the
+# slider-crank
+@pytest.mark.slow
 def test_dual_arm_model_and_partition():
     """Build-time facts of the dual-arm case: 18 coordinates (bus 6, arms 3 + 3, target
     6), two welds of 12 rows of which the planar arms make 3 redundant (9 kept), 9

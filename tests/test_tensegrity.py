@@ -53,14 +53,18 @@ def test_mass_gravity_constraints_match_closed_forms():
     system = tg.TensegritySystem(s)
     p = system.default_params()
     q, qd = random_state(system, 0)
-    M = np.asarray(system.mass_matrix(q, p))
-    np.testing.assert_allclose(M, tg.closed_form_mass(s), rtol=1e-13, atol=1e-15)
-    # V_g = -G^T q (eq. 11): its gradient is -G (strings removed so only gravity remains)
-    Vg_grad = jax.grad(system.potential)(q, {**p, "string_K": jnp.zeros_like(p["string_K"])})
+
+    @jax.jit  # one program (operation by operation: ~270 small ones)
+    def evaluate(q, qd, p):
+        # V_g = -G^T q (eq. 11): its gradient is -G (strings removed so only gravity remains)
+        Vg_grad = jax.grad(system.potential)(q, {**p, "string_K": jnp.zeros_like(p["string_K"])})
+        Rq = jax.jacfwd(lambda x: system.residual(x, p))(q)
+        return system.mass_matrix(q, p), Vg_grad, Rq, system.constraint_terms(q, qd, p)[2]
+
+    M, Vg_grad, Rq, xi2 = evaluate(q, qd, p)
+    np.testing.assert_allclose(np.asarray(M), tg.closed_form_mass(s), rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(np.asarray(Vg_grad), -tg.closed_form_gravity(s), rtol=1e-13, atol=1e-13)
     Rq_cf, xi2_cf = tg.closed_form_constraints(s, q, qd)
-    Rq = jax.jacfwd(lambda x: system.residual(x, p))(q)
-    _, _, xi2 = system.constraint_terms(q, qd, p)
     np.testing.assert_allclose(np.asarray(Rq), Rq_cf, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(np.asarray(xi2), xi2_cf, rtol=1e-12, atol=1e-12)
 
