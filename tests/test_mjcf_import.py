@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import equinox as eqx
 import mujoco
 import numpy as np
 import pytest
@@ -51,10 +50,6 @@ def _random_mujoco_state(m, rng):
     return qpos, rng.normal(size=m.nv)
 
 
-# one program per system (operation by operation it compiled ~100 small ones)
-_accelerations = eqx.filter_jit(lambda system, t, x, params: system.accelerations(t, x, params))
-
-
 def _accelerations_both(xml, seed):
     """MuJoCo's smooth ``qacc`` and diffmb's, in diffmb's velocity coordinates, at a random
     state set through a keyframe, with random applied joint forces."""
@@ -72,7 +67,7 @@ def _accelerations_both(xml, seed):
     x = np.concatenate([imp.q0, imp.qd0])
     params = system.default_params()
     tau_d = np.linalg.solve(T.T, tau)
-    qdd = np.asarray(_accelerations(system, 0.0, x, params)[0]) + np.asarray(
+    qdd = np.asarray(system.accelerations(0.0, x, params)[0]) + np.asarray(
         diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, tau_d)) - np.asarray(
         diffmb.forward_dynamics(imp.model, imp.q0, imp.qd0, np.zeros(m.nv)))
     expect = T @ d.qacc_smooth
