@@ -120,9 +120,6 @@ def test_scenario_batch_over_a_per_hinge_name():
     np.testing.assert_allclose(k[:, _index(system, "theta_l")], [0.1, 0.4], rtol=1e-15)
 
 
-# slow job: a fold-4panel CLI run (~6 s); the default job keeps per-hinge names through make and
-# bind and the CLI's refusals of bad ones (test_cli_bad_per_hinge_values_exit_2_with_one_line)
-@pytest.mark.slow
 def test_cli_run_accepts_a_per_hinge_name(tmp_path):
     js = tmp_path / "run.json"
     argv = ["run", "fold-4panel", "--t1", "0.05", "--out", str(tmp_path), "--no-plot", "--quiet"]
