@@ -26,8 +26,8 @@ from diffmb.plot import plot_trajectory
 from diffmb.system import System
 from diffmb.trajectory import Trajectory
 
-JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "energy", "angular_momentum",
-             "violation", "final", "status", "warnings"}
+JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "compile_cached", "energy",
+             "angular_momentum", "violation", "final", "status", "warnings"}
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet"]
 
 

@@ -13,6 +13,10 @@
   JAX initialises its CPU backend, which importing diffmb first guarantees. Later jaxlibs
   dropped the flag (XLA aborts on an unknown flag), so it is set for jaxlib 0.10 only.
 
+* ``python -m diffmb`` gets the command line's environment here, before JAX and equinox
+  are imported (the console script sets it itself): its persistent compilation cache
+  (``diffmb_cli.cli_environment``, :mod:`diffmb.compile_cache`).
+
 It also holds the package version, so modules that record it (saved trajectories) need
 not import the package itself.
 """
@@ -35,6 +39,13 @@ def _jaxlib_minor():
 
 if _jaxlib_minor() == (0, 10) and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+
+try:
+    import diffmb_cli
+except ImportError:  # the package without its console script module
+    diffmb_cli = None
+if diffmb_cli is not None and diffmb_cli.run_as_module():
+    os.environ.update(diffmb_cli.cli_environment())
 
 import jax  # noqa: E402
 

@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
+from . import compile_cache
 from .integrate import FIXED_SOLVERS, compile_simulation, fixed_step_bound
 from .trajectory import Trajectory, concatenate
 
@@ -381,7 +382,9 @@ def discard_partial(out_dir, name: str) -> float | None:
 class SegmentedRun:
     """What a run did: ``traj`` (the whole run so far, resumed part included),
     ``segments_done``, each segment's wall ``times`` in this process, ``compile_s`` (the
-    ahead-of-time compile), ``wall_s`` (the compiled segments: the simulation alone),
+    ahead-of-time compile), ``compile_cached`` (how many of its programs were read back
+    from the persistent compilation cache, :mod:`diffmb.compile_cache`), ``wall_s`` (the
+    compiled segments: the simulation alone),
     ``interrupted`` (a stop request or a KeyboardInterrupt ended it after a segment),
     ``plan`` and ``path`` (the file written: the run's npz, or its partial file when
     interrupted)."""
@@ -390,6 +393,7 @@ class SegmentedRun:
     segments_done: int = 0
     times: list = field(default_factory=list)
     compile_s: float = 0.0
+    compile_cached: int = 0
     wall_s: float = 0.0
     interrupted: bool = False
     plan: Plan | None = None
@@ -427,7 +431,9 @@ def run_segments(system, params, start: Start, *, out_dir, name: str, identity: 
         for k in range(res.segments_done, p.segments):
             args = segment_args(p, settings, k, x0, params)
             if compiled is None:
+                hits = compile_cache.hits()
                 compiled, res.compile_s = compile_simulation(system, **args)
+                res.compile_cached = compile_cache.hits() - hits
             if stopped():
                 raise KeyboardInterrupt
             tic = time.perf_counter()

@@ -22,7 +22,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from .. import __version__
+from .. import __version__, compile_cache
 from . import _common, fit, linearize, listing, reconfig, run, sweep, synth, tune, view
 from ._common import Parser, UsageError, fail
 from .run import RunConfig, RunResult, default_segments, report  # noqa: F401  (the run's public pieces)
@@ -62,6 +62,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv=None) -> int:
+    compile_cache.prune_own()
     parser = build_parser()
     _common.take_deprecations()  # this command line's own
     try:

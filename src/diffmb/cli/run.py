@@ -38,7 +38,9 @@ what was computed is kept and written as usual.
 
 Timing: ``compile_s`` is the ahead-of-time compile of the segment (trace, lower, XLA
 compile: :func:`~diffmb.integrate.compile_simulation`), done once before the first
-segment; ``wall_s`` is the time of the compiled segments, i.e. the simulation alone.
+segment (``compile_cached``: how many of its programs were read back from the command
+line's persistent compilation cache instead, :mod:`diffmb.compile_cache`); ``wall_s``
+is the time of the compiled segments, i.e. the simulation alone.
 Nothing is run twice. File writing and plotting are not included. After ``--resume``
 both cover only this process, while ``steps`` counts the whole trajectory.
 
@@ -61,7 +63,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .. import health, resumable, scenarios, trajectory
+from .. import compile_cache, health, resumable, scenarios, trajectory
 from ..integrate import FIXED_SOLVERS
 from ..resumable import (
     PartialRunExists,
@@ -363,6 +365,7 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
         "steps": int(traj.n_steps),
         "wall_s": res.wall_s,
         "compile_s": res.compile_s,
+        "compile_cached": res.compile_cached,
         "energy": summ.get("energy"),
         "angular_momentum": ({"max_abs_change": summ["angular_momentum"]["max_abs_change"]}
                              if "angular_momentum" in summ else None),
@@ -417,7 +420,9 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
         ("steps", f"{obj['steps']} ({cfg.solver}, dt = {cfg.dt if cfg.dt is not None else 'adaptive'}, "
                   f"{res.segments_done} segment{'s' if res.segments_done != 1 else ''})"),
         ("wall", f"{res.wall_s:.3g} s simulation"),
-        ("compile", f"{res.compile_s:.3g} s"),
+        ("compile", f"{res.compile_s:.3g} s" + (
+            f" ({res.compile_cached} program{'s' if res.compile_cached != 1 else ''} read from the "
+            f"compilation cache {compile_cache.folder()})" if res.compile_cached else "")),
         ("energy", "n/a" if e is None else
          f"max |E - E0| = {e['max_abs_change']:.3g}" + (
              f" (relative {e['max_rel_change']:.3g})" if e["max_rel_change"] is not None else
