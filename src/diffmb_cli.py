@@ -30,7 +30,7 @@ def default_cache_dir(environ=os.environ) -> str:
     return os.path.join(base, "diffmb", "jax")
 
 
-def cli_environment(environ=os.environ) -> dict:
+def cli_environment(environ=os.environ, warn=None) -> dict:
     """The variables the command line adds to its environment (none it would override).
 
     * ``JAX_COMPILATION_CACHE_DIR``: XLA programs are kept on disk between runs, so a
@@ -38,7 +38,8 @@ def cli_environment(environ=os.environ) -> dict:
       reads its programs back instead of compiling them. The folder is
       ``DIFFMB_COMPILE_CACHE`` when that names one, else :func:`default_cache_dir`;
       ``DIFFMB_COMPILE_CACHE=off`` turns the cache off, and a ``JAX_COMPILATION_CACHE_DIR``
-      of the user's own is used as it is.
+      of the user's own is used as it is. A folder that cannot be made or written is
+      left out, said in one ``warn(message)`` line, and the command runs without a cache.
     * ``EQX_ON_ERROR=nan``: equinox's runtime checks inside diffrax (``t1 > t0``, save
       times increasing and inside the span) are host callbacks otherwise, and XLA never
       caches a program with one. :func:`diffmb.simulate` makes the same checks in Python
@@ -49,7 +50,17 @@ def cli_environment(environ=os.environ) -> dict:
         return {}
     env = {}
     if not environ.get("JAX_COMPILATION_CACHE_DIR"):
-        env["JAX_COMPILATION_CACHE_DIR"] = choice or default_cache_dir(environ)
+        path = choice or default_cache_dir(environ)
+        try:
+            os.makedirs(path, exist_ok=True)
+            why = None if os.access(path, os.W_OK) else "not writable"
+        except OSError as e:
+            why = e.strerror or str(e)
+        if why is not None:
+            if warn is not None:
+                warn(f"compilation cache {path}: {why}; running without it (DIFFMB_COMPILE_CACHE=DIR or =off)")
+            return {}
+        env["JAX_COMPILATION_CACHE_DIR"] = path
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = CACHE_MIN_COMPILE_S
     if "EQX_ON_ERROR" not in environ:
@@ -71,6 +82,11 @@ def run_as_module(argv=None) -> bool:
     return False
 
 
+def print_warning(message: str) -> None:
+    """One ``diffmb: warning:`` line on stderr, as the command line prints its warnings."""
+    print(f"diffmb: warning: {message}", file=sys.stderr)
+
+
 def main() -> int:
     hits = []
 
@@ -80,7 +96,7 @@ def main() -> int:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)
-    os.environ.update(cli_environment())
+    os.environ.update(cli_environment(warn=print_warning))
     try:
         from diffmb import cli
     except KeyboardInterrupt:

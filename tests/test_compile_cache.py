@@ -24,20 +24,30 @@ SESSION_KEYS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_T
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "EQX_ON_ERROR", "DIFFMB_COMPILE_CACHE")
 
 
-def test_the_environment_the_command_line_adds():
-    home = {"HOME": "/home/u"}
-    env = diffmb_cli.cli_environment({**home, "XDG_CACHE_HOME": "/x"})
-    assert env == {"JAX_COMPILATION_CACHE_DIR": os.path.join("/x", "diffmb", "jax"),
+def test_the_environment_the_command_line_adds(tmp_path):
+    xdg = str(tmp_path / "xdg")
+    env = diffmb_cli.cli_environment({"HOME": "/home/u", "XDG_CACHE_HOME": xdg})
+    assert env == {"JAX_COMPILATION_CACHE_DIR": os.path.join(xdg, "diffmb", "jax"),
                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": diffmb_cli.CACHE_MIN_COMPILE_S,
                    "EQX_ON_ERROR": "nan"}
-    assert diffmb_cli.cli_environment({"XDG_CACHE_HOME": "/x", "DIFFMB_COMPILE_CACHE": "/c"}
-                                      )["JAX_COMPILATION_CACHE_DIR"] == "/c"
+    assert os.path.isdir(env["JAX_COMPILATION_CACHE_DIR"])
+    mine = str(tmp_path / "c")
+    assert diffmb_cli.cli_environment({"XDG_CACHE_HOME": xdg, "DIFFMB_COMPILE_CACHE": mine}
+                                      )["JAX_COMPILATION_CACHE_DIR"] == mine
     for off in ("off", "0", "OFF", "false"):
-        assert diffmb_cli.cli_environment({"DIFFMB_COMPILE_CACHE": off, "XDG_CACHE_HOME": "/x"}) == {}
+        assert diffmb_cli.cli_environment({"DIFFMB_COMPILE_CACHE": off, "XDG_CACHE_HOME": xdg}) == {}
     # the user's own settings are kept as they are
     own = {"JAX_COMPILATION_CACHE_DIR": "/mine", "EQX_ON_ERROR": "raise",
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
     assert diffmb_cli.cli_environment(own) == {}
+
+
+def test_a_folder_that_cannot_be_made_is_one_warning_and_no_cache(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    said = []
+    assert diffmb_cli.cli_environment({"DIFFMB_COMPILE_CACHE": str(blocker / "jax")}, warn=said.append) == {}
+    assert len(said) == 1 and str(blocker / "jax") in said[0] and "running without it" in said[0]
 
 
 def test_python_dash_m_diffmb_is_recognised_by_its_command_line():

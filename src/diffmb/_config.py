@@ -45,7 +45,7 @@ try:
 except ImportError:  # the package without its console script module
     diffmb_cli = None
 if diffmb_cli is not None and diffmb_cli.run_as_module():
-    os.environ.update(diffmb_cli.cli_environment())
+    os.environ.update(diffmb_cli.cli_environment(warn=diffmb_cli.print_warning))
 
 import jax  # noqa: E402
 
