@@ -1,17 +1,14 @@
 """The ``diffmb`` command line: list, run, JSON/npz/CSV/plots, bad input, interrupt + resume.
 
 Runs go in-process through ``cli.main`` on short horizons (pendulum 0.4 s in 4 segments,
-double pendulum 0.5 s) so every compiled shape is reused; two real subprocess calls check
-``python -m diffmb`` and the console script.
+double pendulum 0.5 s) so every compiled shape is reused; ``python -m diffmb`` and the
+console script run in processes of their own in ``test_compile_cache.py``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -244,12 +241,10 @@ def test_default_segments():
     assert cli.default_segments(10.0, None) == 20  # adaptive
 
 
-def test_python_m_and_console_script(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "diffmb", "run", "pendulum", "--set", "l=abc"],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["diffmb: error: parameter 'l': 'abc' is not a number"]
-    script = shutil.which("diffmb", path=str(Path(sys.executable).parent))
-    assert script is not None, "console script 'diffmb' missing: install with pip install -e ."
-    r = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == f"diffmb {diffmb.__version__}"
+def test_bad_input_and_version(capsys):
+    """The console script and ``python -m diffmb`` themselves are run, and shown to share
+    a compilation cache, by ``test_compile_cache.py``; what they print is ``cli.main``'s."""
+    assert cli.main(["run", "pendulum", "--set", "l=abc"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["diffmb: error: parameter 'l': 'abc' is not a number"]
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"diffmb {diffmb.__version__}"

@@ -71,9 +71,10 @@ def test_prune_removes_the_oldest_programs_first(tmp_path):
 
 
 def test_a_second_run_reads_its_programs_back_with_the_same_numbers(tmp_path):
-    """The console script, then ``python -m diffmb``, as a user's shell starts them: the
-    first compiles and writes the cache under ``XDG_CACHE_HOME``, the second reads the
-    simulation and diagnostics programs back and ends with the same states bit for bit."""
+    """The console script, then ``python -m diffmb``, as a user's shell starts them (the
+    suite's test that both entry points run): the first compiles and writes the cache
+    under ``XDG_CACHE_HOME``, the second reads the simulation and diagnostics programs
+    back and ends with the same states bit for bit."""
     assert SCRIPT is not None, "console script 'diffmb' missing: install with pip install -e ."
     env = {k: v for k, v in os.environ.items() if k not in SESSION_KEYS}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")

@@ -146,6 +146,11 @@ class StepOnceSolver(dfx.AbstractWrappedSolver):
         # built with scan_kind="bounded" for that adjoint (see _solve).
         return getattr(self.solver, "scan_kind", "bounded")
 
+    @property
+    def root_finder(self):
+        # an implicit solver's (diffrax sets its tolerances through this path)
+        return self.solver.root_finder
+
     def order(self, terms):
         return self.solver.order(terms)
 
