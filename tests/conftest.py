@@ -14,19 +14,28 @@ import os
 import shutil
 import tempfile
 
-# One persistent XLA compilation cache for the whole test session, in a temporary folder
-# that the process which made it removes at exit (or the folder DIFFMB_TEST_JAX_CACHE
-# names, kept: `.ci/run` gives both of its jobs one, so the slow job reads back what the
-# default job compiled). It is set in the environment, before JAX is imported, so the
-# subprocesses the tests start (the CLI, sharded sweeps) and pytest-xdist's workers share
-# it: a program compiled once is read back everywhere else.
+# One persistent XLA compilation cache for the test session, set in the environment before
+# JAX is imported, so that the subprocesses the tests start (the CLI, sharded sweeps, Dask
+# workers) and pytest-xdist's workers share it: a program compiled once is read back
+# everywhere else. The folder:
+# * DIFFMB_TEST_JAX_CACHE when set (`.ci/run` gives both of its jobs one fresh folder, so
+#   CI compiles everything once and the slow job reads back what the default job compiled);
+#   DIFFMB_TEST_JAX_CACHE=off: a temporary folder, removed at exit (a cold run);
+# * else a folder kept between runs, `$XDG_CACHE_HOME/diffmb/test-jax` (~/.cache/...),
+#   trimmed to 1 GiB as a session starts: a contributor's next run compiles only the
+#   programs their change touched (XLA's key is the program itself, its compiler flags and
+#   the JAX/jaxlib versions, so a changed program is never read back).
 # EQX_ON_ERROR=nan: equinox's runtime checks inside diffrax (t1 > t0, increasing save
 # times: diffmb validates both in Python before tracing) would otherwise be host
 # callbacks, and a program with a host callback is never written to the cache.
-if not os.environ.get("DIFFMB_TEST_JAX_CACHE"):
+if os.environ.get("DIFFMB_TEST_JAX_CACHE", "").lower() in ("off", "0", "none"):
     _cache = tempfile.mkdtemp(prefix="diffmb-test-jax-cache-")
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
     os.environ["DIFFMB_TEST_JAX_CACHE"] = _cache
+elif not os.environ.get("DIFFMB_TEST_JAX_CACHE"):
+    os.environ["DIFFMB_TEST_JAX_CACHE"] = os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "diffmb", "test-jax")
+    os.makedirs(os.environ["DIFFMB_TEST_JAX_CACHE"], exist_ok=True)
 os.environ.update({
     "JAX_COMPILATION_CACHE_DIR": os.environ["DIFFMB_TEST_JAX_CACHE"],
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
@@ -47,6 +56,11 @@ from compile_report import (  # noqa: F401  (the --compile-report plugin's hooks
     pytest_terminal_summary,
     pytest_testnodedown,
 )
+from diffmb import compile_cache
+
+if "PYTEST_XDIST_WORKER" not in os.environ and os.environ["DIFFMB_TEST_JAX_CACHE"].endswith(
+        os.path.join("diffmb", "test-jax")):  # the kept folder, trimmed once (not by each worker)
+    compile_cache.prune(os.environ["DIFFMB_TEST_JAX_CACHE"])
 
 # Rank promotion raises, as in diffrax/equinox: broadcasting must be explicit.
 RANK_PROMOTION = "raise"
