@@ -32,6 +32,28 @@ def test_rk4_fourth_order():
     assert all(14.0 < r < 18.0 for r in ratios), ratios
 
 
+@pytest.mark.parametrize("projected", [False, True])
+def test_a_solve_traces_the_solvers_step_once(monkeypatch, projected):
+    """diffrax traces a step four times in one solve (output structures, the loop body);
+    the step is one inner jit (``integrate.StepOnceSolver``), so the solver's step is
+    traced once, with or without a projection. Traced and lowered only, not compiled."""
+    import diffrax as dfx
+
+    from diffmb import integrate
+
+    traced = []
+
+    class Counting(dfx.Tsit5):
+        def step(self, *args):
+            traced.append(1)
+            return super().step(*args)
+
+    monkeypatch.setitem(integrate.ADAPTIVE_SOLVERS, "tsit5", Counting)
+    system = CirclePendulum(use_projection=projected)
+    integrate._solve.lower(*simulate(system, t1=1.0, solver="tsit5", saveat=5, _compile_only=True))
+    assert len(traced) == 1
+
+
 def test_euler_first_order():
     system, w = oscillator()
     e = [abs(float(simulate(system, t1=1.0, dt=dt, solver="euler", saveat=2).x_final[0])
