@@ -469,8 +469,11 @@ def compile_simulation(system: System, **kwargs):
     compiled structure (another solver, save-point count or step count) raises ValueError.
 
     The solve's XLA compile runs on a second thread while this one traces and compiles
-    the diagnostics program: XLA releases the GIL, so on two cores the two overlap
-    (fold-4panel: 4.6 -> 3.9 s).
+    the diagnostics programs: XLA releases the GIL, so on two cores the two overlap
+    (fold-4panel: 4.6 -> 3.9 s). The diagnostics are the blocked programs of an eager
+    run (:func:`_diagnose_in_blocks`), whose shapes do not depend on the run's length: a
+    run of the same structure with any save-point count, compiled ahead or not, shares
+    them.
     """
     args = simulate(system, _compile_only=True, **kwargs)
     start = time.perf_counter()
@@ -478,10 +481,7 @@ def compile_simulation(system: System, **kwargs):
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="diffmb-compile")
     try:
         solve_compiled = pool.submit(lowered.compile)
-        like = lambda a: jnp.zeros(a.shape, a.dtype)
-        states = jax.eval_shape(_solve, *args)
-        diagnose = _diagnose.lower(system, args[2], like(states.ts), like(states.xs), args[3],
-                                   args[0].form).compile()
+        diagnose = _compile_diagnostics(system, args[2], args[3], args[0].form)
         compiled = solve_compiled.result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -740,18 +740,31 @@ def _diagnose_sample(system, params, ts, xs, x0, form="reduce"):
     return _sampled(system, params, ts, xs, x0)
 
 
-def _diagnose_in_blocks(system, params, ts, xs, x0, form):
+def _compile_diagnostics(system, params, x0, form):
+    """``(block, sample)``: :func:`_diagnose_block` and :func:`_diagnose_sample` compiled
+    ahead of time for ``system`` (for :func:`_diagnose_in_blocks`)."""
+    dtype = jnp.result_type(x0)
+    programs = []
+    for fn, n in ((_diagnose_block, DIAGNOSED_BLOCK), (_diagnose_sample, SAMPLED_POINTS)):
+        programs.append(fn.lower(system, params, jnp.zeros(n, dtype), jnp.zeros((n, x0.shape[0]), dtype),
+                                 x0, form).compile())
+    return tuple(programs)
+
+
+def _diagnose_in_blocks(system, params, ts, xs, x0, form, programs=None):
     """:func:`_diagnose`'s numbers from two programs whose shapes do not depend on the
     run's length: the pointwise diagnostics over blocks of :data:`DIAGNOSED_BLOCK` save
     points (the last padded) and the sampled ones at :data:`SAMPLED_POINTS` points (padded
     likewise). Runs of one system structure with any save-point count share them (the
-    default test job compiled the per-length program 98 times)."""
+    default test job compiled the per-length program 98 times). ``programs``: the two
+    compiled ahead (:func:`_compile_diagnostics`)."""
+    block, sampled = programs or (_diagnose_block, _diagnose_sample)
     ts, xs = np.asarray(ts), np.asarray(xs)
     n, B = xs.shape[0], DIAGNOSED_BLOCK
     nb = max(1, math.ceil(n / B))
     pad_t = np.concatenate([ts, np.full(nb * B - n, np.nan, ts.dtype)])
     pad_x = np.concatenate([xs, np.zeros((nb * B - n, xs.shape[1]), xs.dtype)])
-    blocks = [_diagnose_block(system, params, pad_t[i * B:(i + 1) * B], pad_x[i * B:(i + 1) * B], x0, form)
+    blocks = [block(system, params, pad_t[i * B:(i + 1) * B], pad_x[i * B:(i + 1) * B], x0, form)
               for i in range(nb)]
     join = lambda parts: np.concatenate([np.asarray(a) for a in parts])[:n]
     diag = {k: join([b[0][k] for b in blocks]) for k in blocks[0][0]}
@@ -760,7 +773,7 @@ def _diagnose_in_blocks(system, params, ts, xs, x0, form):
     S = SAMPLED_POINTS
     st = np.concatenate([ts[sample], np.full(S - sample.size, np.nan, ts.dtype)])
     sx = np.concatenate([xs[sample], np.zeros((S - sample.size, xs.shape[1]), xs.dtype)])
-    for k, v in _diagnose_sample(system, params, st, sx, x0, form).items():
+    for k, v in sampled(system, params, st, sx, x0, form).items():
         v = np.asarray(v)
         diag[k] = np.full((n,) + v.shape[1:], np.nan, v.dtype)
         diag[k][sample] = v[: sample.size]
@@ -768,11 +781,11 @@ def _diagnose_in_blocks(system, params, ts, xs, x0, form):
 
 
 def _with_diagnostics(tr: Trajectory, system, params, x0, diagnose=None, form=None) -> Trajectory:
-    """``tr`` with its diagnostics: by ``diagnose`` when given (a program compiled ahead
-    for this run), inside a trace as part of the traced program, else in blocks."""
+    """``tr`` with its diagnostics: inside a trace as part of the traced program, else in
+    blocks (by ``diagnose``, the block programs compiled ahead, when given)."""
     form = form or spatial.contraction_form()
-    if diagnose is not None or isinstance(tr.xs, jax.core.Tracer):
-        diag, viol = (diagnose or _diagnose)(system, params, tr.ts, tr.xs, x0, form)
+    if isinstance(tr.xs, jax.core.Tracer):
+        diag, viol = _diagnose(system, params, tr.ts, tr.xs, x0, form)
     else:
-        diag, viol = _diagnose_in_blocks(system, params, tr.ts, tr.xs, x0, form)
+        diag, viol = _diagnose_in_blocks(system, params, tr.ts, tr.xs, x0, form, diagnose)
     return dataclasses.replace(tr, diagnostics=diag, violation=viol)
