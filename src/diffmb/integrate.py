@@ -539,7 +539,7 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     controller, ts = _step_control(run, system, params, t0, t1, dt0, ts)
     event = _event(run, system, max_violation)
     sol = dfx.diffeqsolve(
-        dfx.ODETerm(_vector_field(system)),
+        dfx.ODETerm(_VectorField(system)),
         solver,
         t0,
         t1,
@@ -593,10 +593,6 @@ class _VectorField(eqx.Module):
 
     def __call__(self, t, x, p):
         return self.system.vector_field(t, x, p)
-
-
-def _vector_field(system):
-    return _VectorField(system)
 
 
 def _event(run, system, max_violation):
