@@ -6,6 +6,7 @@ spatial tendons, tendon limits)."""
 
 from __future__ import annotations
 
+import equinox as eqx
 import mujoco
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ import pytest
 import diffmb
 from diffmb.formats.mjcf_import import load_mjcf, velocity_map
 from test_mjcf_import import _accelerations_both, _random_mujoco_state, _with_key
+
+_residual = eqx.filter_jit(diffmb.closures.position_residual)  # one program, not one per operation
 
 ARMATURE_AND_FOREST = '''<mujoco><option gravity="0.3 -1 -9.81"><flag contact="disable"/></option>
 <default><joint armature="0.05"/><default class="geared"><joint armature="0.4" damping="0.3"/></default></default>
@@ -121,7 +124,7 @@ def test_fixed_tendons_springs_dampers_and_an_equality_match_mujoco():
         E = float(system.diagnostics(np.concatenate([q, qd]), params)["energy"])
         assert abs(E - d.energy.sum()) < 1e-12 * max(1.0, abs(E))
         # MuJoCo's residual L_t4 - L_t4(0) - p(L_t3 - L_t3(0)) = 2 q4 - p(q3): ours is q4 - p(q3)/2
-        res = np.asarray(diffmb.closures.position_residual(imp.model, q, imp.closures)).reshape(-1)
+        res = np.asarray(_residual(imp.model, q, imp.closures)).reshape(-1)
         np.testing.assert_allclose(2 * res[np.asarray(imp.closures.rows)], d.efc_pos, rtol=1e-12, atol=1e-14)
 
 
@@ -172,7 +175,7 @@ def test_site_based_connect_and_weld_measure_what_mujoco_measures():
         q = scale * rng.normal(size=m.nq)
         d.qpos[:] = m.qpos0 + q
         mujoco.mj_forward(m, d)
-        ours = np.asarray(diffmb.closures.position_residual(imp.model, q, imp.closures)).reshape(-1)[rows]
+        ours = np.asarray(_residual(imp.model, q, imp.closures)).reshape(-1)[rows]
         theirs = d.efc_pos
         norm = lambda v: float(np.linalg.norm(v))
         assert abs(norm(ours[0:3]) - np.sin(2 * np.arcsin(norm(theirs[3:6])))) < 1e-12  # weld rotation
@@ -215,7 +218,7 @@ def test_a_lone_tendon_over_two_joints_couples_them_as_a_gripper_does():
     for q in ([0.3, -0.2], [1.0, 0.5]):
         d.qpos[:] = np.asarray(q) + m.qpos0
         mujoco.mj_forward(m, d)
-        res = np.asarray(diffmb.closures.position_residual(imp.model, np.asarray(q), imp.closures)).reshape(-1)
+        res = np.asarray(_residual(imp.model, np.asarray(q), imp.closures)).reshape(-1)
         np.testing.assert_allclose(-0.5 * res[np.asarray(imp.closures.rows)], d.efc_pos, atol=1e-14)
 
 

@@ -3,6 +3,7 @@ hub's angular rate), never name patterns."""
 
 from __future__ import annotations
 
+import equinox as eqx
 import numpy as np
 import pytest
 
@@ -34,7 +35,7 @@ def test_metrics_follow_declared_roles_not_names():
     declared = _chain(["shoulder", "elbow"], roles={"hinge": ("shoulder", "elbow")})
     assert named.coordinate_roles == {} and default_columns(named) == ("theta_a", "theta_b")
     for system, has in ((named, False), (declared, True)):
-        metrics = _metrics(diffmb.simulate(system, t1=0.05, dt=1e-2, saveat=6), np.deg2rad(1.0))
+        metrics = eqx.filter_jit(_metrics)(diffmb.simulate(system, t1=0.05, dt=1e-2, saveat=6), np.deg2rad(1.0))
         assert ("time_to_flat" in metrics) is has and ("peak_hinge_rate" in metrics) is has
         assert {"status", "t_final", "energy_drift"} <= set(metrics)
 

@@ -91,7 +91,7 @@ def test_accelerometer_is_the_second_derivative_of_a_marker():
     h, t = 1e-4, 0.7
     tr = diffmb.simulate(system, params=params, t1=1.0, solver="dopri8", rtol=1e-12, atol=1e-13,
                          saveat=np.array([t - h, t, t + h]))
-    out = np.asarray(jax.vmap(lambda x: model(system, t, x, params))(tr.xs))
+    out = np.asarray(jax.jit(jax.vmap(lambda x: model(system, t, x, params)))(tr.xs))
     pos = out[:, :3]
     acc_world = (pos[2] - 2 * pos[1] + pos[0]) / h**2
     R = np.asarray(system.body_frames(tr.xs[1], params).rot[system.body_names.index("link2")])

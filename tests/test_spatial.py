@@ -49,8 +49,8 @@ def test_safe_norm_value_and_gradient():
     assert np.all(np.isfinite(g0))
     np.testing.assert_array_equal(g0, np.zeros(3))
     # also through jacfwd and a second derivative
-    assert np.all(np.isfinite(jax.jacfwd(sp.safe_norm)(jnp.zeros(3))))
-    assert np.all(np.isfinite(jax.hessian(sp.safe_norm)(jnp.zeros(3))))
+    assert np.all(np.isfinite(jax.jit(jax.jacfwd(sp.safe_norm))(jnp.zeros(3))))
+    assert np.all(np.isfinite(jax.jit(jax.hessian(sp.safe_norm))(jnp.zeros(3))))
 
 
 # ------------------------------------------------------------------------ rotations
@@ -340,7 +340,7 @@ def _batched_calls():
     from conftest import random_inertia
 
     Ics = jnp.asarray(np.stack([random_inertia(rng) for _ in range(n)]))
-    I6 = jnp.stack([sp.spatial_inertia(jnp.asarray(1.0), r[k], Ics[k]) for k in range(n)])
+    I6 = jax.jit(jax.vmap(sp.spatial_inertia, in_axes=(None, 0, 0)))(jnp.asarray(1.0), r, Ics)
     return {
         "axis_angle_dcm": (axes, jnp.asarray(rng.normal(size=n))),
         "rpy_dcm": (jnp.asarray(rng.normal(size=(n, 3))),),
@@ -379,7 +379,7 @@ def test_leading_batch_axis_matches_vmap(name):
     """
     fn = getattr(sp, name)
     args = _BATCHED[name]
-    ref = jax.vmap(fn)(*args)
-    with jax.numpy_rank_promotion("raise"):
-        out = fn(*args)
+    ref = jax.jit(jax.vmap(fn))(*args)
+    with jax.numpy_rank_promotion("raise"):   # traced (and so checked) under the setting
+        out = jax.jit(fn)(*args)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-13), out, ref)

@@ -35,6 +35,7 @@ CASES = [("fold-4panel", {}), ("four-bar", {}), ("slider-crank", {}), ("slider-c
 IDS = [f"{n}{'-' + '-'.join(o) if o else ''}" for n, o in CASES]
 
 
+@eqx.filter_jit
 def _poison(system):
     return jax.tree_util.tree_map(lambda a: a * jnp.nan if eqx.is_inexact_array(a) else a, system)
 

@@ -254,6 +254,11 @@ _closure_residual = eqx.filter_jit(_rows_of_residual)
 _closure_residual_jacobian = eqx.filter_jit(jax.jacfwd(_rows_of_residual, argnums=3))
 
 
+@eqx.filter_jit
+def _velocity_jacobian(model, loops, rows: tuple, q):
+    return cl.jacobian(model, q, loops, np.asarray(rows, dtype=int))
+
+
 def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = None, *,
              fixed: Sequence[str] = (), rates: dict | None = None,
              tol: float = 1e-12, max_iter: int = 50) -> tuple[Array, Array]:
@@ -299,7 +304,7 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
     qd = _state(model, rates, "assemble: rates")
     held = _joint_columns(model, list((rates or {}).keys()), "assemble: rates")
     if len(rows):
-        G = np.asarray(cl.jacobian(model, jnp.asarray(q), loops, rows=rows))
+        G = np.asarray(_velocity_jacobian(model, loops, key, jnp.asarray(q)))
         other = np.array([i for i in range(model.nv) if i not in held], dtype=int)
         if other.size:
             qd[other] = np.linalg.lstsq(G[:, other], -G[:, held] @ qd[held], rcond=None)[0]
