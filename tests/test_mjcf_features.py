@@ -76,7 +76,7 @@ def test_fluid_forces_match_mujocos_inertia_box_model():
         m, d, imp, qdd, expect = _accelerations_both(xml, seed)
         assert imp.notes == [] and imp.fluid.body == (0, 1, 2, 3, 4, 5, 5)  # the tag's box on the flap
         system = imp.system()
-        tau = np.asarray(system.generalized_force(0.0, imp.q0, imp.qd0, system.default_params()))
+        tau = np.asarray(eqx.filter_jit(system.generalized_force)(0.0, imp.q0, imp.qd0, system.default_params()))
         T = velocity_map(m, d.qpos)
         passive = np.linalg.solve(T.T, d.qfrc_passive)   # generalized forces: qd = T qvel
         assert np.abs(passive).max() > 10.0                # the medium pushes hard here
@@ -111,17 +111,18 @@ def test_fixed_tendons_springs_dampers_and_an_equality_match_mujoco():
     assert [c.name for c in imp.closures.closures] == ["gear"]
     system = imp.system()
     params = system.default_params()
+    passive, diagnostics = eqx.filter_jit(system.generalized_force), eqx.filter_jit(system.diagnostics)
     rng = np.random.default_rng(0)
     for _ in range(3):
         q, qd = 0.5 * rng.normal(size=m.nq), rng.normal(size=m.nv)
         d.qpos[:], d.qvel[:] = m.qpos0 + q, qd
         m.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
         mujoco.mj_forward(m, d)
-        tau = np.asarray(system.generalized_force(0.0, q, qd, params))
+        tau = np.asarray(passive(0.0, q, qd, params))
         np.testing.assert_allclose(tau, d.qfrc_passive, rtol=1e-12, atol=1e-12)
         free = np.asarray(diffmb.forward_dynamics(imp.model, q, qd, tau))  # no closure: qacc_smooth
         np.testing.assert_allclose(free, d.qacc_smooth, rtol=1e-9, atol=1e-9)
-        E = float(system.diagnostics(np.concatenate([q, qd]), params)["energy"])
+        E = float(diagnostics(np.concatenate([q, qd]), params)["energy"])
         assert abs(E - d.energy.sum()) < 1e-12 * max(1.0, abs(E))
         # MuJoCo's residual L_t4 - L_t4(0) - p(L_t3 - L_t3(0)) = 2 q4 - p(q3): ours is q4 - p(q3)/2
         res = np.asarray(_residual(imp.model, q, imp.closures)).reshape(-1)

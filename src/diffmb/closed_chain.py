@@ -53,9 +53,9 @@ from jax.typing import ArrayLike
 
 from . import closures as cl
 from .couplings import coupling
-from .kinematics import kinematics
 from .model import Model
 from .system import TreeSystem
+from .tree import forward_kinematics
 
 KINDS = {"revolute": "hinge", "hinge": "hinge", "spherical": "point", "point": "point",
          "ball": "point", "weld": "weld", "fixed": "weld", "prismatic": "slider", "slider": "slider"}
@@ -105,11 +105,12 @@ def _place(model: Model, name, what, key):
                      + (f"; frames: {', '.join(model.frame_names)}" if model.frame_names else ""))
 
 
-def _world_pose(ws, body, rot, pos):
-    """World DCM ``[node world]`` and origin of a node fixed on ``body`` (-1: world)."""
+def _world_pose(poses, body, rot, pos):
+    """World DCM ``[node world]`` and origin of a node fixed on ``body`` (-1: world);
+    ``poses``: every body's, as numpy arrays."""
     if body < 0:
         return rot, pos
-    E, p = np.asarray(ws.rot[body]), np.asarray(ws.pos[body])
+    E, p = poses[0][body], poses[1][body]
     return rot @ E, p + E.T @ pos
 
 
@@ -124,7 +125,7 @@ def close_loops(model: Model, specs: list | dict, q: ArrayLike | None = None) ->
     if not isinstance(specs, list | tuple) or not specs:
         raise ValueError("closures: give a non-empty list of closures (dicts)")
     q = model.neutral() if q is None else jnp.asarray(q, float)
-    ws = kinematics(model, q)
+    poses = tuple(map(np.asarray, forward_kinematics(model, q)))   # one compiled program
     pairs, names = [], set()
     for k, spec in enumerate(specs):
         what = f"closure {k}"
@@ -159,8 +160,8 @@ def close_loops(model: Model, specs: list | dict, q: ArrayLike | None = None) ->
             raise ValueError(f"{what}: a {spec['kind']} closure has no axis")
         node_a = _basis(axis, what, "axis") if axis is not None else np.eye(3)
         rot_a, pos_a = node_a @ Ra, pa + Ra.T @ point       # in body a
-        Ew, pw = _world_pose(ws, ba, rot_a, pos_a)         # node A in the world at q
-        Eb, ob = _world_pose(ws, bb, np.eye(3), np.zeros(3))
+        Ew, pw = _world_pose(poses, ba, rot_a, pos_a)         # node A in the world at q
+        Eb, ob = _world_pose(poses, bb, np.eye(3), np.zeros(3))
         point_b = _vector(spec, "point_b", what)
         pos_b = Rb.T @ point_b + pb if point_b is not None else Eb @ (pw - ob)
         axis_b = _vector(spec, "axis_b", what)

@@ -209,6 +209,10 @@ def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.n
     return [outcome(batch, k) for k in range(len(plist))], ts
 
 
+_rebase_welds = eqx.filter_jit(lambda sysm, x, params: sysm.rebase_welds(x, params))
+_potential = eqx.filter_jit(lambda sysm, X, params: sysm.potential(X, params))
+
+
 @eqx.filter_jit
 def _positions(sysm, xs, params):
     """Every body's position at each state of ``xs``: one program per structure and save
@@ -284,7 +288,7 @@ def explore(problem: Problem, *, verbose=False, stop=None, batched=None) -> nx.M
         xu = np.asarray(G.nodes[u]["state"])
         cands = _candidates(problem, xu)
         armed = ~sysm.pair_meets(xu, problem.params, problem.sensor_pairs, problem.align_tol)
-        p_node = sysm.rebase_welds(xu, problem.params)
+        p_node = _rebase_welds(sysm, xu, problem.params)
         plist = [_params_for(problem, p_node, act, ch, armed) for _, act, ch in cands]
         runs, ts = _run_candidates(problem, xu, plist, event, batched)
         for run, (labels, _, choice) in zip(runs, cands):
@@ -314,7 +318,7 @@ def explore(problem: Problem, *, verbose=False, stop=None, batched=None) -> nx.M
             break
     for v in G.nodes:
         x = jnp.asarray(G.nodes[v]["state"])
-        G.nodes[v]["energy"] = float(sysm.potential(x[: 7 * sysm.n].reshape(sysm.n, 7), problem.params))
+        G.nodes[v]["energy"] = float(_potential(sysm, x[: 7 * sysm.n].reshape(sysm.n, 7), problem.params))
     G.graph["rejected"] = rejected
     G.graph["unexplored"] = len(todo)
     return G

@@ -462,7 +462,7 @@ class UKSystem(System):
         boundary (where an event stopped a run) counts as meeting (margin ``1e-6 rad``)."""
         ia = np.asarray([self.sensor_index(a) for a, _ in pairs], int)
         ib = np.asarray([self.sensor_index(b) for _, b in pairs], int)
-        h = np.asarray(self._pair_gap(jnp.asarray(x), params, ia, ib, align_tol))
+        h = np.asarray(_pair_gap(self, jnp.asarray(x), params, ia, ib, align_tol))
         rad = np.asarray(params["sensors"]["radius"])[ia] + np.asarray(params["sensors"]["radius"])[ib]
         return h <= 1e-6 * rad
 
@@ -470,3 +470,10 @@ class UKSystem(System):
 @sp.jit_per_form
 def _uk_project(system, x, params):
     return system._project(x, params)
+
+
+@eqx.filter_jit
+def _pair_gap(system, x, params, ia, ib, align_tol):
+    """:meth:`UKSystem._pair_gap` as one compiled program per structure (the explorer asks it
+    at every node: op by op it compiled a program per operation)."""
+    return system._pair_gap(x, params, ia, ib, align_tol)
