@@ -64,7 +64,6 @@ if "PYTEST_XDIST_WORKER" not in os.environ and os.environ["DIFFMB_TEST_JAX_CACHE
     compile_cache.prune(os.environ["DIFFMB_TEST_JAX_CACHE"])
 
 
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config):
     """An xdist worker ends at once when its session is over: its results (and any
