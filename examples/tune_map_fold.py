@@ -33,7 +33,7 @@ import numpy as np
 
 from diffmb import scenarios
 from diffmb.design.tune import tune
-from diffmb.integrate import compile_simulation
+from diffmb.simulation.integrate import compile_simulation
 
 
 def measure(overrides, gains, *, dt, t1, repeats=3):

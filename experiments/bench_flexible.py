@@ -21,8 +21,8 @@ from pathlib import Path
 
 import jax
 
-from diffmb.integrate import simulate
 from diffmb.scenarios import get
+from diffmb.simulation.integrate import simulate
 
 PAPER = {"sail": {"standard Kane": 699.0, "customary": 667.0, "efficient": 140.0},
          "four": {"standard Kane": 10.2, "customary": 7.6, "efficient": 5.2}}

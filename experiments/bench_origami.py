@@ -14,10 +14,10 @@ These run their full horizon (``--quick``: 1 s, extrapolated to the full horizon
 the paper's RK4 1 ms under each stabilization, and with the scenario's own defaults (row
 ``default``: Dopri5 at rtol 1e-10 under projection, 1001 save points; issue 30's target for
 fold-4panel there is 0.15 s, >= 1,800x the paper), compiled ahead of time
-(:func:`diffmb.integrate.compile_simulation`: compile apart, the median of ``--repeats``
+(:func:`diffmb.simulation.integrate.compile_simulation`: compile apart, the median of ``--repeats``
 runs, at least 3).
 
-Every run is one jitted :func:`diffmb.integrate.simulate` call made twice:
+Every run is one jitted :func:`diffmb.simulation.integrate.simulate` call made twice:
 ``compile_s`` = first - second call, ``wall_s`` = second call (median of ``--repeats``
 further calls when > 1). Writes ``out/bench_origami.json`` and prints a table.
 
@@ -51,7 +51,7 @@ def timed_defaults(case, t1, repeats):
     import jax
 
     from diffmb import scenarios
-    from diffmb.integrate import compile_simulation
+    from diffmb.simulation.integrate import compile_simulation
 
     sc = scenarios.get(case)
     system, params, _ = sc.make()
@@ -67,7 +67,7 @@ def timed_defaults(case, t1, repeats):
 def timed(system, t1, dt, repeats=1):
     import jax
 
-    from diffmb.integrate import simulate
+    from diffmb.simulation.integrate import simulate
 
     params = system.default_params()
 

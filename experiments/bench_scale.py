@@ -6,7 +6,7 @@ scenario), RK4 at dt = 1 ms for ``--horizon`` seconds (default 1), under Baumgar
 under projection. For every case, in a fresh process:
 
 * diffmb: build time (pattern -> System, closure analysis), compile time (ahead of time:
-  trace, lower and XLA-compile :func:`diffmb.integrate.simulate`, measured on its own),
+  trace, lower and XLA-compile :func:`diffmb.simulation.integrate.simulate`, measured on its own),
   run time per RK4 step, peak memory (resident set), the worst closure violation and the
   energy drift over the run;
 * MuJoCo (when the ``peers`` extra is installed): the same pattern written by
@@ -62,8 +62,8 @@ def worker_diffmb(kind, n, stab, horizon, dt, factor="auto"):
 
     import jax
 
-    from diffmb import constraint_solve
-    from diffmb.integrate import compile_simulation
+    from diffmb.closures import constraint_solve
+    from diffmb.simulation.integrate import compile_simulation
 
     if factor == "dense":  # the dense Cholesky of M + rho G^T G at every size
         constraint_solve.plan_for = lambda lay, paths: None
@@ -80,7 +80,7 @@ def worker_diffmb(kind, n, stab, horizon, dt, factor="auto"):
     s = tr.summary()
     steps = max(1, int(tr.n_steps))
     mom = s.get("angular_momentum") or {}
-    from diffmb.constraints import plan
+    from diffmb.closures.dynamics import plan
 
     p = plan(system.model, system.closures) if factor != "dense" else None
     return {"engine": "diffmb", "kind": kind, "n": n, "panels": n * n, "nv": system.model.nv,
@@ -162,7 +162,7 @@ def main(argv=None):
     ap.add_argument("--dt", type=float, default=1e-3)
     ap.add_argument("--stabilizations", nargs="+", choices=STABS, default=list(STABS))
     ap.add_argument("--factor", nargs="+", choices=("auto", "dense"), default=["auto"],
-                    help="auto: block-tridiagonal factor where it pays (diffmb.block_tridiagonal); "
+                    help="auto: block-tridiagonal factor where it pays (diffmb.math.block_tridiagonal); "
                          "dense: the dense Cholesky everywhere; both: one row each")
     ap.add_argument("--no-mujoco", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_scale.json")

@@ -40,8 +40,8 @@ import numpy as np
 
 from diffmb import scenarios, simulate
 from diffmb.formulations.tensegrity import linear as tl
-from diffmb.integrate import ProjectedSolver
 from diffmb.scenarios.tensegrity import tbar_elastic, tbar_minimal_error
+from diffmb.simulation.integrate import ProjectedSolver
 
 OUT = Path(__file__).resolve().parent.parent / "out" / "bench_tensegrity.json"
 

@@ -8,7 +8,7 @@ ModelBuilder, Pinocchio and MuJoCo load the URDF. Per backend we measure
   ``block_until_ready``, compile excluded) — dominated by dispatch for small N;
 * ``vmap_states_per_s``: ``jit(vmap)`` over ``--batch`` states, states per second
   (median call time);
-* ``blocks_us_per_state``: :func:`diffmb.vectorize.vmap_blocks` over the same states
+* ``blocks_us_per_state``: :func:`diffmb.math.vectorize.vmap_blocks` over the same states
   (on a CPU: blocks of 128, small products written out), checked against ``jit(vmap)``;
 * ``compile_s`` / ``compile_vmap_s`` / ``compile_blocks_s``: first call minus
   steady-state call.
@@ -22,10 +22,10 @@ ratio``: the same for ``vmap_blocks``).
 Backends: ``aba`` (the articulated-body algorithm, level by level) and ``crba`` (mass
 matrix and Cholesky factor).
 
-``--sweeps`` instead measures the two forms of the tree sweeps (diffmb.treescan) on one
+``--sweeps`` instead measures the two forms of the tree sweeps (diffmb.tree.scan) on one
 state of kinematics + CRBA + RNEA: the small-tree forms (dense ancestor products,
 unrolled pose composition) against pointer doubling, compile and run time at each N —
-the measurement behind ``treescan.DENSE_MAX_BODIES`` and ``UNROLL_MAX_BODIES``.
+the measurement behind ``scan.DENSE_MAX_BODIES`` and ``UNROLL_MAX_BODIES``.
 ``--fusion-check`` reruns N = 8, 16 in subprocesses with XLA's CPU fusion emitters on
 and off (diffmb switches them off by default, see diffmb/_config.py).
 
@@ -138,7 +138,7 @@ def measure_diffmb(model, states, backend, batch, repeats):
     import jax
 
     import diffmb
-    from diffmb.vectorize import vmap_blocks
+    from diffmb.math.vectorize import vmap_blocks
 
     q, qd, tau = states
     fd = functools.partial(diffmb.forward_dynamics, backend=backend)
@@ -219,21 +219,21 @@ def measure_sweeps(n, repeats, seed=0):
     import jax.numpy as jnp
     import numpy as np
 
-    from diffmb import crba, rnea, treescan
-    from diffmb.kinematics import kinematics
+    from diffmb.tree import crba, rnea, scan
+    from diffmb.tree.kinematics import kinematics
 
     model = chain_model(chain_params(n, seed))
     rng = np.random.default_rng(seed)
     q, qd = (jnp.asarray(rng.uniform(-1, 1, n)) for _ in range(2))
     out = {"n": n}
-    saved = treescan.DENSE_MAX_BODIES, treescan.UNROLL_MAX_BODIES
+    saved = scan.DENSE_MAX_BODIES, scan.UNROLL_MAX_BODIES
     try:
         for form, limit in (("small", 10**9), ("doubling", 0)):
-            treescan.DENSE_MAX_BODIES = treescan.UNROLL_MAX_BODIES = limit
+            scan.DENSE_MAX_BODIES = scan.UNROLL_MAX_BODIES = limit
 
             def f(q, qd):
                 ws = kinematics(model, q, qd)
-                return crba.mass_matrix(model, ws), rnea.bias_forces(model, ws)
+                return crba.mass_matrix_ws(model, ws), rnea.bias_forces_ws(model, ws)
 
             def loop(q, qd):  # many evaluations in one call: no dispatch cost in the figure
                 def body(i, acc):
@@ -249,7 +249,7 @@ def measure_sweeps(n, repeats, seed=0):
             run()
             out[form] = dict(compile_s=comp, eval_us=median_call(run, max(5, repeats // 50)) / INNER * 1e6)
     finally:
-        treescan.DENSE_MAX_BODIES, treescan.UNROLL_MAX_BODIES = saved
+        scan.DENSE_MAX_BODIES, scan.UNROLL_MAX_BODIES = saved
     return out
 
 

@@ -15,7 +15,7 @@ Baumgarte, right column projection):
 * ``fold-3x3`` (Fig. 13's three-chain graph, all four closures; 30 s): Fig. 20, the
   violation with Baumgarte vs projection.
 
-Every run is one jitted :func:`diffmb.integrate.simulate` call; it is made twice and
+Every run is one jitted :func:`diffmb.simulation.integrate.simulate` call; it is made twice and
 ``compile_s`` = first - second, ``wall_s`` = second. A run that diverges keeps what it
 computed (``status``). Writes PNGs and ``summary.json`` to ``--out``
 (default ``out/fulton_schaub``) and prints a table.
@@ -60,7 +60,7 @@ def run_case(system, t1, dt, a_b=None):
     """Two identical simulate calls: (trajectory, wall_s, compile_s)."""
     import jax
 
-    from diffmb.integrate import simulate
+    from diffmb.simulation.integrate import simulate
 
     params = system.default_params()
     times = []

@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffmb import rnea, spatial as sp, tree
-from diffmb.closures import point_frames
-from diffmb.kinematics import kinematics
+from diffmb.closures.nodes import point_frames
+from diffmb.math import spatial as sp
+from diffmb.tree import api, rnea
+from diffmb.tree.kinematics import kinematics
 
 
 def _poses(model, q):
@@ -26,7 +27,7 @@ def _poses(model, q):
 
 def world_velocities(model, q, qd):
     """World-origin spatial velocities ``(N, 6)`` from the time derivative of the poses."""
-    rates = tree.coordinate_rates(model, q, qd)
+    rates = api.coordinate_rates(model, q, qd)
     (E, r), (dE, dr) = jax.jvp(lambda x: _poses(model, x), (q,), (rates,))
     # [body world] E: omega in world from  dE^T E = [omega~]  (dE/dt = -[w_b~] E)
     W = jnp.einsum("nki,nkj->nij", dE, E)          # dE^T E = skew(omega_world)
@@ -52,7 +53,7 @@ def jacobian(model, q, nodes):
 
 def velocity_product(model, q, qd, nodes):
     rows = np.asarray(nodes.rows)
-    rates = tree.coordinate_rates(model, q, qd)
+    rates = api.coordinate_rates(model, q, qd)
     f = lambda q_, qd_: relative_velocity(model, q_, qd_, nodes).reshape(-1)[rows]
     return jax.jvp(f, (q, qd), (rates, jnp.zeros_like(qd)))[1]
 
@@ -74,12 +75,12 @@ def constrained_acceleration(model, q, qd, tau, nodes, gains=None, mu_rel=1e-8, 
     ``s`` (3.7e-10 on a 3x3 map fold with ``s / max = 1.6e-4``); six refinements make the
     reference exact to round-off. ``mass``: a function ``(model, q) -> M`` in place of the
     kinetic energy's Hessian (cheaper to compile inside a differentiated run)."""
-    from diffmb.closures import position_residual
+    from diffmb.closures.nodes import position_residual
 
     rows = np.asarray(nodes.rows)
     G = jacobian(model, q, nodes)
     M = (mass or mass_matrix)(model, q)
-    C = rnea.bias_forces(model, kinematics(model, q, qd))
+    C = rnea.bias_forces_ws(model, kinematics(model, q, qd))
     a_f = jnp.linalg.solve(M, tau - C)
     Y = jnp.linalg.solve(M, G.T)
     Lam = G @ Y

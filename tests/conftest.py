@@ -57,7 +57,7 @@ from compile_report import (  # noqa: F401  (the --compile-report plugin's hooks
     pytest_terminal_summary,
     pytest_testnodedown,
 )
-from diffmb import compile_cache
+from diffmb.simulation import compile_cache
 
 if "PYTEST_XDIST_WORKER" not in os.environ and os.environ["DIFFMB_TEST_JAX_CACHE"].endswith(
         os.path.join("diffmb", "test-jax")):  # the kept folder, trimmed once (not by each worker)
@@ -192,9 +192,9 @@ def _build(seed, param_seed, n_bodies, base, gravity, springs, dampers, kinds, w
         return dict(pos=prng.uniform(-0.5, 0.5, 3), rpy=prng.uniform(-np.pi, np.pi, 3))
 
     def passive(kind):
-        nv = diffmb.joints.NV[kind]
+        nv = diffmb.tree.joints.NV[kind]
         kw = {}
-        if springs and kind not in diffmb.joints.MRP_KINDS:
+        if springs and kind not in diffmb.tree.joints.MRP_KINDS:
             kw["stiffness"] = prng.uniform(1.0, 5.0, nv)
             kw["rest"] = prng.uniform(-0.5, 0.5, nv)
         if dampers:
@@ -266,7 +266,7 @@ def rng():
 def interrupt_after(monkeypatch, segment: int):
     """A Ctrl-C once segment ``segment`` (0-based) of a resumable run has finished: the
     compiled segment raises KeyboardInterrupt when it is called for the next one."""
-    from diffmb import resumable
+    from diffmb.simulation import resumable
 
     real = resumable.compile_simulation
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import diffmb
-from diffmb import spatial as sp
+from diffmb.math import spatial as sp
 
 TOL = 1e-9
 #: Condition number of M beyond which forward dynamics is compared by its backward error.

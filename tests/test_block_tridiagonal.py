@@ -1,5 +1,5 @@
 """The block-tridiagonal-with-border factor of ``M + rho G^T G``
-(:mod:`diffmb.block_tridiagonal`) against dense linear algebra: random matrices of its
+(:mod:`diffmb.math.block_tridiagonal`) against dense linear algebra: random matrices of its
 pattern, the plan against the pattern of real map folds, and the constrained dynamics of
 a map fold (values and derivatives) against the dense factor."""
 
@@ -8,10 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb import block_tridiagonal as bt, constraint_solve as solve, constraints as cs, crba, rnea
-from diffmb.kinematics import kinematics
-from diffmb.layout import layout
+from diffmb.closures import constraint_solve as solve, dynamics as cs
+from diffmb.math import block_tridiagonal as bt
 from diffmb.scenarios import get
+from diffmb.tree import crba, rnea
+from diffmb.tree.kinematics import kinematics
+from diffmb.tree.layout import layout
 
 
 def _dense(D, E, C, B, p):
@@ -124,8 +126,8 @@ def problem6(map6):
     @jax.jit
     def problem(q, qd):
         ws = kinematics(model, q, qd)
-        f = 0.1 * jnp.ones(model.nv) - rnea.bias_forces(model, ws)
-        return crba.mass_matrix(model, ws), cs.blocks(ws, nodes, model.nv), f, cs.acceleration_target(ws, nodes, (5.0, 5.0))
+        f = 0.1 * jnp.ones(model.nv) - rnea.bias_forces_ws(model, ws)
+        return crba.mass_matrix_ws(model, ws), cs.blocks(ws, nodes, model.nv), f, cs.acceleration_target(ws, nodes, (5.0, 5.0))
 
     return problem(q, qd)
 
@@ -147,7 +149,7 @@ def test_block_factor_gives_the_dense_dynamics(map6, problem6):
 def test_the_solves_derivative_equals_central_differences(problem6):
     """The derivative of the accelerations and multipliers along a direction of ``M``
     (symmetric), ``G``, ``f`` and ``b``, by ``A^-1``'s rule (no derivative of the
-    factorisation, :func:`diffmb.constraint_solve._apply_inverse`), equals central
+    factorisation, :func:`diffmb.closures.constraint_solve._apply_inverse`), equals central
     differences of the same solve to 1e-7 (they agree to 1-1.5e-9, the differences'
     round-off at h = 1e-6). One program gives both: the differences read its values."""
     rng = np.random.default_rng(5)

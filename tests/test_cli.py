@@ -19,9 +19,9 @@ import pytest
 import diffmb
 from conftest import interrupt_after
 from diffmb import cli, scenarios
-from diffmb.plot import plot_trajectory
+from diffmb.simulation.trajectory import Trajectory
 from diffmb.system import System
-from diffmb.trajectory import Trajectory
+from diffmb.viewer.plots import plot_trajectory
 
 JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "compile_cached", "energy",
              "angular_momentum", "violation", "final", "status", "warnings"}

@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import cli, health, resumable, scenarios
+from diffmb import cli, scenarios
 from diffmb.design.batch import member_values, sweep_scenario
-from diffmb.plot import coordinates_figure, energy_figure, violation_figure
-from diffmb.trajectory import ENERGY_WITH_WORK, Trajectory
+from diffmb.simulation import health, resumable
+from diffmb.simulation.trajectory import ENERGY_WITH_WORK, Trajectory
+from diffmb.viewer.plots import coordinates_figure, energy_figure, violation_figure
 
 SCRIPT = shutil.which("diffmb", path=os.path.dirname(sys.executable)) or shutil.which("diffmb")
 
@@ -243,7 +244,7 @@ def test_integrator_floor_is_the_step_halving_error():
     the step lowers it about 256x."""
     from diffmb.design.binding import resolve
     from diffmb.design.tune import integrator_floor
-    from diffmb.integrate import RunSettings
+    from diffmb.simulation.integrate import RunSettings
 
     b, _ = resolve("pendulum", ["m"], {"theta0": "2.5"})
     floors = [integrator_floor(b, RunSettings(t1=2.0, dt=dt, saveat=101), b.values) for dt in (0.04, 0.02)]

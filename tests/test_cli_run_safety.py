@@ -19,8 +19,9 @@ import pytest
 
 import diffmb
 from conftest import interrupt_after
-from diffmb import cli, resumable, scenarios
-from diffmb.trajectory import Trajectory
+from diffmb import cli, scenarios
+from diffmb.simulation import resumable
+from diffmb.simulation.trajectory import Trajectory
 
 ROOT = Path(__file__).parents[1]
 REAL_COMPILE = resumable.compile_simulation

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import cli, resumable, scenarios
+from diffmb import cli, scenarios
 from diffmb.cli import _common
-from diffmb.trajectory import Trajectory
+from diffmb.simulation import resumable
+from diffmb.simulation.trajectory import Trajectory
 
 #: The positional arguments that make each command's line complete.
 POSITIONAL = {"list": [], "run": ["pendulum"], "linearize": ["tbar"], "synth": ["pendulum"],
@@ -210,7 +211,7 @@ def test_the_python_api_stops_and_resumes(tmp_path, pendulum):
     system, params, ref = pendulum
     done = []
     kw = dict(t1=0.4, dt=1e-3, out_dir=tmp_path, name="p", segments=4)
-    res = diffmb.resumable.run(system, params, **kw, on_segment=lambda k, seg, s: done.append(k),
+    res = diffmb.simulation.resumable.run(system, params, **kw, on_segment=lambda k, seg, s: done.append(k),
                                stop=lambda: len(done) >= 2)
     assert res.interrupted and res.segments_done == 2 and res.path == tmp_path / "p.partial.npz"
     part, meta = Trajectory.load(res.path)
@@ -219,8 +220,8 @@ def test_the_python_api_stops_and_resumes(tmp_path, pendulum):
     assert float(part.t_final) == pytest.approx(0.2, abs=1e-12)
 
     with pytest.raises(resumable.PartialRunExists, match="resume=True continues it"):
-        diffmb.resumable.run(system, params, **kw)  # never replaced unasked
-    res = diffmb.resumable.run(system, params, **kw, resume=True)
+        diffmb.simulation.resumable.run(system, params, **kw)  # never replaced unasked
+    res = diffmb.simulation.resumable.run(system, params, **kw, resume=True)
     assert not res.interrupted and res.segments_done == 4 and res.path == tmp_path / "p.npz"
     assert not (tmp_path / "p.partial.npz").exists()
     done_traj, meta = Trajectory.load(res.path)
@@ -232,18 +233,18 @@ def test_the_python_api_stops_and_resumes(tmp_path, pendulum):
 def test_the_python_api_refuses_to_resume_another_run_naming_the_difference(tmp_path, pendulum):
     system, params, _ = pendulum
     kw = dict(t1=0.4, dt=1e-3, out_dir=tmp_path, name="p", segments=4)
-    res = diffmb.resumable.run(system, params, **kw, stop=lambda: True)
+    res = diffmb.simulation.resumable.run(system, params, **kw, stop=lambda: True)
     assert res.interrupted and res.traj is None  # stopped before the first segment: nothing kept
-    res = diffmb.resumable.run(system, params, **kw, on_segment=lambda *a: None, stop=_after(1))
+    res = diffmb.simulation.resumable.run(system, params, **kw, on_segment=lambda *a: None, stop=_after(1))
     assert res.segments_done == 1
     other = jax.tree_util.tree_map(lambda x: x * 1.5, params)  # another pendulum
     with pytest.raises(resumable.ResumeMismatch, match="params_sha1") as e:
-        diffmb.resumable.run(system, other, **kw, resume=True)
+        diffmb.simulation.resumable.run(system, other, **kw, resume=True)
     assert "there" in e.value.why and "here" in e.value.why
     with pytest.raises(resumable.ResumeMismatch, match=r"t1 0\.4 there, 0\.3 here"):
-        diffmb.resumable.run(system, params, **{**kw, "t1": 0.3}, resume=True)
+        diffmb.simulation.resumable.run(system, params, **{**kw, "t1": 0.3}, resume=True)
     assert (tmp_path / "p.partial.npz").exists()  # refused: the work is kept
-    res = diffmb.resumable.run(system, other, **kw, resume=True, discard=True)
+    res = diffmb.simulation.resumable.run(system, other, **kw, resume=True, discard=True)
     assert res.segments_done == 4 and not (tmp_path / "p.partial.npz").exists()
 
 
@@ -262,7 +263,7 @@ def test_a_partial_file_of_the_previous_release_resumes(tmp_path, pendulum, caps
     """Written before the segments had their name (``chunks``, ``chunks_done``)."""
     *_, ref = pendulum
     cfg = cli.run.resolve(_parse(PENDULUM + ["--out", str(tmp_path)]))
-    res = diffmb.resumable.run(cfg.system, cfg.params, t1=cfg.t1, dt=cfg.dt, solver=cfg.solver, rtol=cfg.rtol,
+    res = diffmb.simulation.resumable.run(cfg.system, cfg.params, t1=cfg.t1, dt=cfg.dt, solver=cfg.solver, rtol=cfg.rtol,
                                atol=cfg.atol, out_dir=tmp_path / "new", name="pendulum", segments=4,
                                identity=cfg.identity, stop=_after(1))
     part, meta = Trajectory.load(res.path)

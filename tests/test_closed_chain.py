@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import closed_chain
+from diffmb.formats import loops as loop_file
 from diffmb.scenarios.fourbar import G, assemble as fourbar_positions
 from test_closures import one_dof_reference as _reference
 
@@ -30,7 +30,7 @@ def _model():
 @pytest.mark.slow
 def test_loop_file_four_bar_matches_the_one_coordinate_model():
     model = _model()
-    system = closed_chain.closed_system(model, LOOPS)
+    system = loop_file.closed_system(model, LOOPS)
     phi, psi = fourbar_positions(0.3)
     # assembled onto the branch of the guess: the hand position analysis
     np.testing.assert_allclose(np.asarray(system.q0), [0.3, phi - 0.3, psi], atol=1e-12)
@@ -76,7 +76,7 @@ def test_slider_closure_frees_the_axis_translation_only():
     b.add_body("y", "x", "prismatic", axis=(0, 1, 0), mass=1.0, inertia=np.eye(3) * 0.1)
     model = b.build()
     loops = diffmb.close_loops(model, [{"kind": "prismatic", "a": "world", "b": "y", "axis": [1, 0, 0]}])
-    res = lambda q: np.asarray(diffmb.closures.position_residual(model, jnp.asarray(q), loops))
+    res = lambda q: np.asarray(diffmb.closures.nodes.position_residual(model, jnp.asarray(q), loops))
     rows = list(loops.closures[0].rows)
     assert np.abs(res([0.7, 0.0])[0, rows]).max() < 1e-15  # sliding along x: closed
     assert np.abs(res([0.0, 0.3])[0, rows]).max() == pytest.approx(0.3)  # off the axis: open
@@ -113,9 +113,9 @@ def test_loop_file_errors_name_file_and_key(tmp_path):
     bad = tmp_path / "loops.json"
     bad.write_text(json.dumps({"closures": [], "intial": {}}))
     with pytest.raises(ValueError, match="loops.json: unknown key.*'intial'"):
-        closed_chain.read_loops(bad)
+        loop_file.read_loops(bad)
     with pytest.raises(ValueError, match="loop file not found"):
-        closed_chain.read_loops(tmp_path / "nope.json")
+        loop_file.read_loops(tmp_path / "nope.json")
 
 
 @pytest.mark.slow

@@ -14,10 +14,12 @@ import pytest
 
 import closure_reference as ref
 import diffmb
-from diffmb import closures as cl, constraint_solve as solve, constraints as cs, crba, rnea, simulate
-from diffmb.kinematics import kinematics
+from diffmb import simulate
+from diffmb.closures import constraint_solve as solve, dynamics as cs, nodes as cl
 from diffmb.scenarios import get
 from diffmb.scenarios.fourbar import fourbar_system
+from diffmb.tree import crba, rnea
+from diffmb.tree.kinematics import kinematics
 
 CASES = {
     "map2x2": ("map-fold", {"rows": 2.0, "cols": 2.0}),
@@ -84,7 +86,7 @@ def _free_dynamics(model, q, qd, tau, nodes):
     """``(b, a_f)``: the acceleration target and the unconstrained accelerations' right-hand
     side ``tau - C``."""
     ws = kinematics(model, q, qd)
-    return cs.acceleration_target(ws, nodes).reshape(-1), tau - rnea.bias_forces(model, ws)
+    return cs.acceleration_target(ws, nodes).reshape(-1), tau - rnea.bias_forces_ws(model, ws)
 
 
 _constrained_acceleration = jax.jit(cs.constrained_acceleration)
@@ -225,7 +227,7 @@ def test_solver_needs_no_rank_decision_at_the_folded_flat_state():
         qdd, _ = cs.constrained_dynamics(model, ws, 0.1 * jnp.ones(model.nv), nodes)
         G = cs.blocks(ws, nodes, model.nv)
         residual = G.apply(qdd) - cs.acceleration_target(ws, nodes)
-        return qdd, residual, solve.numerical_rank(crba.mass_matrix(model, ws), G)
+        return qdd, residual, solve.numerical_rank(crba.mass_matrix_ws(model, ws), G)
 
     qdd, residual, rank = solve_there(model, q, qd, nodes)
     assert np.all(np.isfinite(np.asarray(qdd)))
@@ -283,7 +285,7 @@ def test_a_coupling_inside_a_loop_joins_its_group():
     """The four-bar with a gear between its crank and coupler (both on the loop): the
     coupling's row is placed at its joints' columns of the loop's group, ``e_y - p'(q_x)
     e_x``, and the node pair's rows are the four-bar's own."""
-    from diffmb.couplings import coupling
+    from diffmb.closures.couplings import coupling
     from diffmb.scenarios.fourbar import B as LB, C as LC
 
     four = fourbar_system(0.3, 2.0)

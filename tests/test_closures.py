@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from diffmb import ModelBuilder, TreeSystem, simulate
-from diffmb.constraints import make_closures
+from diffmb.closures.nodes import make_closures
 from diffmb.scenarios.fourbar import M1, M2, M3, A, B, C, D, G, fourbar_system
 
 
@@ -107,7 +107,7 @@ def test_constraint_wrench_balances_gravity_at_rest():
     system = fourbar_system(0.3, 0.0)
     p = system.default_params()
     x = system.init_state(p)
-    from diffmb.constraints import jacobian
+    from diffmb.closures.nodes import jacobian
 
     @jax.jit  # one program (operation by operation: ~100 small ones)
     def evaluate(x, p):
@@ -186,7 +186,9 @@ def test_a_batch_projection_stops_where_every_member_is_at_round_off():
     projection of it alone (every iteration) puts it, to 1e-12 (measured 0.8-1.7e-13 on
     speeds of 0.2: the two forms round differently, and the default form projects the
     velocity with the factor of the iterate before its last correction)."""
-    from diffmb import scenarios, spatial as sp, tree
+    from diffmb import scenarios
+    from diffmb.math import spatial as sp
+    from diffmb.tree import api
 
     system, params, _ = scenarios.get("fold-4panel").make({}, "projection")
     project = lambda x: system.project(x, params)
@@ -206,7 +208,7 @@ def test_a_batch_projection_stops_where_every_member_is_at_round_off():
     batch = jnp.asarray(np.stack([x1, near, off]))
     with sp.written_out():
         written = np.asarray(jax.jit(jax.vmap(project))(batch))
-    momentum = lambda x: np.asarray(tree.spatial_momentum(params["model"], *system.split(jnp.asarray(x))))
+    momentum = lambda x: np.asarray(api.spatial_momentum(params["model"], *system.split(jnp.asarray(x))))
     for k in range(3):
         v = system.violation(jnp.asarray(written[k]), params)
         assert float(v["position"]) < 1e-14 and float(v["velocity"]) < 1e-12, k

@@ -1,5 +1,5 @@
-"""The command line's persistent compilation cache (``diffmb_cli.cli_environment``,
-:mod:`diffmb.compile_cache`): a second run of a structure reads its programs back, gives
+"""The command line's persistent compilation cache (``diffmb_env.cli_environment``,
+:mod:`diffmb.simulation.compile_cache`): a second run of a structure reads its programs back, gives
 the same numbers bit for bit, and the cache is off, elsewhere or the user's own on request.
 """
 
@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-import diffmb_cli
-from diffmb import compile_cache
-from diffmb.trajectory import Trajectory
+import diffmb_env
+from diffmb.simulation import compile_cache
+from diffmb.simulation.trajectory import Trajectory
 
 SCRIPT = shutil.which("diffmb", path=os.path.dirname(sys.executable)) or shutil.which("diffmb")
 #: What the test session sets for itself (tests/conftest.py) and a user's shell does not.
@@ -26,27 +26,27 @@ SESSION_KEYS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_T
 
 def test_the_environment_the_command_line_adds(tmp_path):
     xdg = str(tmp_path / "xdg")
-    env = diffmb_cli.cli_environment({"HOME": "/home/u", "XDG_CACHE_HOME": xdg})
+    env = diffmb_env.cli_environment({"HOME": "/home/u", "XDG_CACHE_HOME": xdg})
     assert env == {"JAX_COMPILATION_CACHE_DIR": os.path.join(xdg, "diffmb", "jax"),
-                   "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": diffmb_cli.CACHE_MIN_COMPILE_S,
+                   "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": diffmb_env.CACHE_MIN_COMPILE_S,
                    "EQX_ON_ERROR": "nan"}
     assert os.path.isdir(env["JAX_COMPILATION_CACHE_DIR"])
     mine = str(tmp_path / "c")
-    assert diffmb_cli.cli_environment({"XDG_CACHE_HOME": xdg, "DIFFMB_COMPILE_CACHE": mine}
+    assert diffmb_env.cli_environment({"XDG_CACHE_HOME": xdg, "DIFFMB_COMPILE_CACHE": mine}
                                       )["JAX_COMPILATION_CACHE_DIR"] == mine
     for off in ("off", "0", "OFF", "false"):
-        assert diffmb_cli.cli_environment({"DIFFMB_COMPILE_CACHE": off, "XDG_CACHE_HOME": xdg}) == {}
+        assert diffmb_env.cli_environment({"DIFFMB_COMPILE_CACHE": off, "XDG_CACHE_HOME": xdg}) == {}
     # the user's own settings are kept as they are
     own = {"JAX_COMPILATION_CACHE_DIR": "/mine", "EQX_ON_ERROR": "raise",
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
-    assert diffmb_cli.cli_environment(own) == {}
+    assert diffmb_env.cli_environment(own) == {}
 
 
 def test_a_folder_that_cannot_be_made_is_one_warning_and_no_cache(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     said = []
-    assert diffmb_cli.cli_environment({"DIFFMB_COMPILE_CACHE": str(blocker / "jax")}, warn=said.append) == {}
+    assert diffmb_env.cli_environment({"DIFFMB_COMPILE_CACHE": str(blocker / "jax")}, warn=said.append) == {}
     assert len(said) == 1 and str(blocker / "jax") in said[0] and "running without it" in said[0]
 
 
@@ -55,8 +55,8 @@ def test_python_dash_m_diffmb_is_recognised_by_its_command_line():
            ["py", "-mdiffmb"], ["py", "-u", "-m", "diffmb"])
     no = (["py", "-m", "pytest", "-k", "diffmb"], ["py", "script.py", "-m", "diffmb"],
           ["py", "-c", "pass", "-m", "diffmb"], ["py"], ["py", "-m"])
-    assert all(diffmb_cli.run_as_module(a) for a in yes)
-    assert not any(diffmb_cli.run_as_module(a) for a in no)
+    assert all(diffmb_env.run_as_module(a) for a in yes)
+    assert not any(diffmb_env.run_as_module(a) for a in no)
 
 
 def test_prune_removes_the_oldest_programs_first(tmp_path):

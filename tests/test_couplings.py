@@ -19,10 +19,10 @@ import pinocchio as pin
 import pytest
 
 import diffmb
-from diffmb import constraints as cs
-from diffmb.closed_chain import closed_system
-from diffmb.closures import loop_closures, position_residual
-from diffmb.couplings import coupling
+from diffmb.closures import dynamics as cs
+from diffmb.closures.couplings import coupling
+from diffmb.closures.nodes import loop_closures, position_residual
+from diffmb.formats.loops import closed_system
 from diffmb.formats.mjcf import to_mjcf
 from diffmb.formats.mjcf_import import load_mjcf
 from diffmb.formats.urdf import mimic_closures
@@ -284,7 +284,7 @@ def test_a_keyframe_off_the_equalities_is_moved_onto_them_and_said():
     assert any("violated equality 'gear'" in n for n in imp.notes)
     assert any("initial velocities violated" in n for n in imp.notes)
     assert np.abs(np.asarray(_residual(imp.model, imp.q0, imp.closures))).max() < 1e-10
-    G = np.asarray(eqx.filter_jit(diffmb.closures.jacobian)(imp.model, imp.q0, imp.closures))
+    G = np.asarray(eqx.filter_jit(diffmb.closures.nodes.jacobian)(imp.model, imp.q0, imp.closures))
     assert np.abs(G @ np.asarray(imp.qd0)).max() < 1e-10
     assert float(imp.q0[0]) == pytest.approx(0.3, abs=0.05)   # minimum-norm: j1 barely moves
 

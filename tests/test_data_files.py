@@ -15,7 +15,7 @@ import diffmb
 from diffmb import cli, scenarios
 from diffmb.design.data import default_columns, read_data
 from diffmb.design.records import load_records
-from diffmb.trajectory import Trajectory
+from diffmb.simulation.trajectory import Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

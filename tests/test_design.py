@@ -20,8 +20,8 @@ from diffmb.design.binding import bind
 from diffmb.design.data import read_data, write_data
 from diffmb.design.fit import fit, synth
 from diffmb.design.tune import FORWARD_MAX, _derivatives, _Objective, _value_and_grad, named_loss, tune
-from diffmb.integrate import RunSettings
 from diffmb.scenarios import get
+from diffmb.simulation.integrate import RunSettings
 
 # ---------------------------------------------------------------- binding
 

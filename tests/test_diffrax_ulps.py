@@ -1,4 +1,4 @@
-"""diffrax's ``t1 - 100 ULPs`` threshold computed in one operation (diffmb._diffrax_ulps):
+"""diffrax's ``t1 - 100 ULPs`` threshold computed in one operation (diffmb.simulation._diffrax_ulps):
 the values of equinox's chain of ``prevbefore`` calls, the same integration bit for bit,
 and no ``next_after`` left in a simulation program."""
 
@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb import _diffrax_ulps, integrate, scenarios
+from diffmb import scenarios
+from diffmb.simulation import _diffrax_ulps, integrate
 
 #: normal magnitudes of both signs, zero of both signs, the largest float, infinity, and a
 #: value whose 100 ULPs cross a power of two (the bits' exponent changes)

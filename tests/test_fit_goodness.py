@@ -95,7 +95,7 @@ def test_scaled_standard_error_covers_the_error_noise_only_does_not(fits):
 
 def test_residual_panels_give_each_sensors_test(fits):
     from diffmb.design.records import Record
-    from diffmb.plot import fit_figure
+    from diffmb.viewer.plots import fit_figure
 
     _, sensors, out = fits
     res, _, data = out[5e-4]

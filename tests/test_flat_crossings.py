@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import health, scenarios
+from diffmb import scenarios
 from diffmb.design.batch import SweepResult, sweep_scenario
+from diffmb.simulation import health
 
 #: fold-4panel's member from the paper (sec. 4.2): panel j passes through flat at t = 9.985 s
 PAPER_MEMBER = {"K": 0.19749114882187768, "c": 0.049163716273959226}

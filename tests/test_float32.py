@@ -1,7 +1,7 @@
 """float32 runs (``DIFFMB_FLOAT32=1``, fixed at import: each case runs in a fresh process).
 
 In float32 the closure solve takes a smaller penalty and more multiplier iterations
-(:mod:`diffmb.constraint_solve`) and adaptive tolerances are raised to 100 eps; the
+(:mod:`diffmb.closures.constraint_solve`) and adaptive tolerances are raised to 100 eps; the
 origami scenarios then run to their horizon with their default settings: closures held
 to 1e-4 m, energy to 1e-3 relative where conserved, angular momentum to 1e-5 of the
 bodies' momenta (fold-4panel: 2e-5, :data:`FOLD_4PANEL_MOMENTUM`), and the result agrees
@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from diffmb.trajectory import Trajectory
+from diffmb.simulation.trajectory import Trajectory
 
 #: fold-4panel's float32 momentum bound, of its natural scale. The change is float32
 #: round-off accumulated over the run, and it depends on how the CPU's code rounds:
@@ -107,7 +107,7 @@ import json, sys
 import equinox as eqx, numpy as np
 from diffmb import scenarios
 from diffmb.design.batch import scenario_batch, sweep_scenario
-from diffmb.integrate import RunSettings
+from diffmb.simulation.integrate import RunSettings
 t1, ranges, sc = float(sys.argv[1]), {"K": (0.05, 0.2, 4), "c": (0.0, 0.05, 2)}, scenarios.get("fold-4panel")
 res = sweep_scenario(sc, ranges, sample="grid", t1=t1, saveat=101)
 system, params = scenario_batch(sc, [{k: m[k] for k in ranges} for m in res.members])

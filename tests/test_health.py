@@ -1,11 +1,12 @@
-"""Health checks judged on the motion's natural scale (``diffmb.health``)."""
+"""Health checks judged on the motion's natural scale (``diffmb.simulation.health``)."""
 
 import numpy as np
 import pytest
 
 import diffmb
-from diffmb import health, scenarios
-from diffmb.trajectory import Trajectory
+from diffmb import scenarios
+from diffmb.simulation import health
+from diffmb.simulation.trajectory import Trajectory
 
 #: Fulton & Schaub's fold-4panel member with damping (sec. 4.2): panel j passes through
 #: flat at t = 9.985 s

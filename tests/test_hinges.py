@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from diffmb import cli
-from diffmb.integrate import simulate
 from diffmb.origami import build, hinges as H, map_fold
 from diffmb.scenarios.origami import PAPER_PANEL_INERTIA
+from diffmb.simulation.integrate import simulate
 
 TAPE = dict(K_flat=1.0, M_peak=0.3, M_plateau=0.1, M_peak_neg=0.6, M_plateau_neg=0.05)
 

@@ -23,9 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb import simulate, tree
+from diffmb import simulate
 from diffmb.formulations import kane
 from diffmb.scenarios import REGISTRY, closed_mechanisms as sk
+from diffmb.tree import api
 
 V = dict(sk.SLIDER_CRANK_DEFAULTS)
 T1 = 5.0
@@ -234,14 +235,14 @@ def test_reactions_newton_third_law(runs):
         _, lam_dae, _ = acc(runs["dae"][0], t, q, u, params)
         np.testing.assert_allclose(np.asarray(lam), np.asarray(lam_dae), rtol=1e-9, atol=1e-9)
         force_on_slider = jnp.concatenate([lam, jnp.zeros(1, lam.dtype)])
-        dcm, _ = tree.forward_kinematics(model, P @ q)
+        dcm, _ = api.forward_kinematics(model, P @ q)
         rod = model.body_index("rod")
         f_rod = dcm[rod] @ (-force_on_slider)  # rod body axes
         tip = jnp.asarray([l2, 0.0, 0.0])
         f_ext = jnp.zeros((3, 6), x.dtype)
         f_ext = f_ext.at[rod].set(jnp.concatenate([jnp.cross(tip, f_rod), f_rod]))
         f_ext = f_ext.at[model.body_index("slider")].set(jnp.concatenate([jnp.zeros(3, x.dtype), force_on_slider]))
-        tau = tree.inverse_dynamics(model, P @ q, P @ u, P @ udot, f_ext)
+        tau = api.inverse_dynamics(model, P @ q, P @ u, P @ udot, f_ext)
         np.testing.assert_allclose(np.asarray(tau), 0.0, atol=1e-10)
         # and the wrench layout: (P, 6) with the force rows (tx, ty) set, tz dropped
         w = np.asarray(system.reaction_wrenches(lam))

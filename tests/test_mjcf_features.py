@@ -15,7 +15,7 @@ import diffmb
 from diffmb.formats.mjcf_import import load_mjcf, velocity_map
 from test_mjcf_import import _accelerations_both, _random_mujoco_state, _with_key
 
-_residual = eqx.filter_jit(diffmb.closures.position_residual)  # one program, not one per operation
+_residual = eqx.filter_jit(diffmb.closures.nodes.position_residual)  # one program, not one per operation
 
 ARMATURE_AND_FOREST = '''<mujoco><option gravity="0.3 -1 -9.81"><flag contact="disable"/></option>
 <default><joint armature="0.05"/><default class="geared"><joint armature="0.4" damping="0.3"/></default></default>

@@ -138,9 +138,9 @@ def test_weld_equality_holds_two_bodies_together():
         <geom type="box" size="0.1 0.1 0.1" mass="1"/></body></worldbody>
       <equality><weld body1="a" body2="b"/></equality></mujoco>'''
     imp = load_mjcf(xml)
-    res = np.asarray(diffmb.closures.position_residual(imp.model, imp.q0, imp.closures))
+    res = np.asarray(diffmb.closures.nodes.position_residual(imp.model, imp.q0, imp.closures))
     assert np.abs(res).max() < 1e-12  # closed at qpos0, where MuJoCo took the relative pose
-    moved = np.asarray(diffmb.closures.position_residual(imp.model, imp.q0 + np.array([0.1, 0.0]), imp.closures))
+    moved = np.asarray(diffmb.closures.nodes.position_residual(imp.model, imp.q0 + np.array([0.1, 0.0]), imp.closures))
     assert np.abs(moved).max() > 1e-3
 
 

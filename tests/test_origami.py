@@ -6,9 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb import simulate, tree
+from diffmb import simulate
 from diffmb.origami import build, map_fold
 from diffmb.scenarios.origami import fold_2x4, fold_3x3, fold_4panel
+from diffmb.tree import api
 
 
 @pytest.mark.parametrize("rows,cols", [(2, 2), (4, 2), (3, 3), (2, 4), (4, 4)])
@@ -85,7 +86,7 @@ def test_projection_puts_back_a_free_flying_folds_momentum():
 
     @jax.jit
     def both(x):
-        h = lambda y: tree.spatial_momentum(model, *system.split(y))
+        h = lambda y: api.spatial_momentum(model, *system.split(y))
         out = [system.project(x, p), system.project_interpolated(x, p)]
         return h(x), [h(y) for y in out], [system.violation(y, p) for y in out]
 

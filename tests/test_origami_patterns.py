@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diffmb.integrate import simulate
+from diffmb.formats.fold import load_fold, to_fold
 from diffmb.origami import build, topology as topo
-from diffmb.origami.fold import load_fold, to_fold
+from diffmb.origami.generators import map_fold, miura, miura_straight_angle, scheel, topology_info
 from diffmb.origami.pattern import _hinge_axis, plate_inertia
-from diffmb.origami.patterns import map_fold, miura, miura_straight_angle, scheel, topology_info
 from diffmb.scenarios import get
+from diffmb.simulation.integrate import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

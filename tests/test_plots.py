@@ -16,8 +16,8 @@ import numpy as np
 from diffmb.design.data import Data
 from diffmb.design.records import Record
 from diffmb.design.sensors import Sensor
-from diffmb.plot import coordinates_figure, energy_figure, fit_figure, violation_figure
-from diffmb.trajectory import Trajectory
+from diffmb.simulation.trajectory import Trajectory
+from diffmb.viewer.plots import coordinates_figure, energy_figure, fit_figure, violation_figure
 
 
 def _traj(columns: dict, *, roles=(), violation=None, diagnostics=None) -> Trajectory:

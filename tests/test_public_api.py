@@ -10,11 +10,12 @@ import pytest
 from jax.typing import ArrayLike
 
 import diffmb
-from diffmb import resumable, scenarios
+from diffmb import scenarios
 from diffmb.design import batch, fit, tune
 from diffmb.design.records import Record
-from diffmb.integrate import PyTree
 from diffmb.scenarios import Scenario
+from diffmb.simulation import resumable
+from diffmb.simulation.integrate import PyTree
 from diffmb.system import System
 
 ENTRY_POINTS = [getattr(diffmb, n) for n in diffmb.__all__ if inspect.isfunction(inspect.unwrap(getattr(diffmb, n)))]

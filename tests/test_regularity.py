@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb.regularity import SingularPoseWarning, singular_joints
+from diffmb.tree.regularity import SingularPoseWarning, singular_joints
 from robots import compare, robot_urdfs
 
 

@@ -12,7 +12,7 @@ from diffmb import scenarios
 from diffmb.design.batch import _metrics, sweep
 from diffmb.design.data import default_columns
 from diffmb.scenarios.pendulum import chain_model
-from diffmb.trajectory import Trajectory
+from diffmb.simulation.trajectory import Trajectory
 
 
 def _chain(names, roles=None):
@@ -76,7 +76,7 @@ def test_peak_hub_angle_of_a_steady_spin_is_rate_times_time():
     turned by omega T about that axis (torque-free, exact), whatever the MRP shadow set."""
     import jax.numpy as jnp
 
-    from diffmb.model import ModelBuilder
+    from diffmb.tree.model import ModelBuilder
 
     b = ModelBuilder()
     b.add_body("hub", "world", "free", mass=10.0, inertia=np.diag([2.0, 3.0, 4.0]))

@@ -14,7 +14,7 @@ from diffmb.design.data import read_data, state_units, write_data
 from diffmb.design.fit import synth
 from diffmb.design.records import load_records
 from diffmb.design.sensors import SensorModel, column_units, parse_sensors, read_sensors
-from diffmb.integrate import states_at
+from diffmb.simulation.integrate import states_at
 
 
 def _moving_state(system, params, seed):

@@ -10,8 +10,8 @@ import pytest
 
 import diffmb
 from diffmb import ModelBuilder, System, TreeSystem, simulate
-from diffmb.integrate import MIN_CHECKPOINTED_STEPS, fixed_step_bound
 from diffmb.scenarios.pendulum import chain_model
+from diffmb.simulation.integrate import MIN_CHECKPOINTED_STEPS, fixed_step_bound
 
 
 def oscillator(k=4.0, m=1.0, x0=0.3):
@@ -39,7 +39,7 @@ def test_a_solve_traces_the_solvers_step_once(monkeypatch, projected):
     traced once, with or without a projection. Traced and lowered only, not compiled."""
     import diffrax as dfx
 
-    from diffmb import integrate
+    from diffmb.simulation import integrate
 
     traced = []
 
@@ -240,8 +240,8 @@ def test_dtmin_flagged_on_the_step_that_lands_on_t1_is_a_completed_run():
 
     import diffrax as dfx
 
-    from diffmb.integrate import _status
-    from diffmb.trajectory import STATUS_CODES
+    from diffmb.simulation.integrate import _status
+    from diffmb.simulation.trajectory import STATUS_CODES
 
     run, mask, R = SimpleNamespace(n_events=0), [jnp.asarray(False)], dfx.RESULTS
     status = lambda result, reached: int(_status(run, SimpleNamespace(result=result), mask, jnp.asarray(reached)))
@@ -256,8 +256,8 @@ def test_every_segment_of_an_adaptive_map_fold_run_succeeds(tmp_path):
     """The run that showed it: ``diffmb run map-fold --set rows=6 --set cols=6 --t1 0.2``
     (Dopri5 with projection, 20 segments) reported divergence in its third segment,
     ``[0.02, 0.030000000000000006]``, whose last step tripped ``dtmin`` on ``t1``."""
-    from diffmb import resumable
     from diffmb.scenarios import get
+    from diffmb.simulation import resumable
 
     sc = get("map-fold")
     system, params = sc.build(sc.resolve({"rows": 6.0, "cols": 6.0}), "projection")

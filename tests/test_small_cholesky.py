@@ -1,4 +1,4 @@
-"""Solves with a small Cholesky factor written out entry by entry (diffmb.small_cholesky):
+"""Solves with a small Cholesky factor written out entry by entry (diffmb.math.small_cholesky):
 the substitutions of the textbook, the same solution as LAPACK's to round-off, and only
 in the written-out form of CPU batch programs."""
 
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffmb import small_cholesky, spatial as sp
+from diffmb.math import small_cholesky, spatial as sp
 
 
 def _spd(rng, n, cond):

@@ -1,4 +1,4 @@
-"""Spatial algebra and attitude parameterisations (diffmb.spatial)."""
+"""Spatial algebra and attitude parameterisations (diffmb.math.spatial)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import random_rotation, random_unit
-from diffmb import spatial as sp
+from diffmb.math import spatial as sp
 
 RNG_SEEDS = range(6)
 

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from diffmb import scenarios
-from diffmb.body_frames import BodyFrames
-from diffmb.model import Model
 from diffmb.system import ROLES, STABILIZATIONS, System
+from diffmb.tree.body_frames import BodyFrames
+from diffmb.tree.model import Model
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

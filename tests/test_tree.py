@@ -273,7 +273,7 @@ def test_free_rigid_body_euler_equations(seed, gravity):
     q = jnp.asarray(np.concatenate([sigma, rng.normal(size=3)]))
     w, v = rng.normal(size=3), rng.normal(size=3)
     qd = jnp.asarray(np.concatenate([w, v]))
-    BN = np.asarray(diffmb.spatial.mrp_to_dcm(jnp.asarray(sigma)))
+    BN = np.asarray(diffmb.math.spatial.mrp_to_dcm(jnp.asarray(sigma)))
     for tau in (np.zeros(6), rng.normal(size=6)):
         n, f = tau[:3], tau[3:]
         qdd = np.asarray(FD(model, q, qd, jnp.asarray(tau)))
@@ -426,7 +426,7 @@ def test_external_force_on_free_body_is_newton_euler():
     sigma = np.array([0.1, -0.3, 0.2])
     q = jnp.asarray(np.concatenate([sigma, [1.0, 2.0, 3.0]]))
     qd = jnp.zeros(6)
-    BN = np.asarray(diffmb.spatial.mrp_to_dcm(jnp.asarray(sigma)))
+    BN = np.asarray(diffmb.math.spatial.mrp_to_dcm(jnp.asarray(sigma)))
     F_world = np.array([1.0, -2.0, 0.5])
     F = BN @ F_world
     f_ext = np.concatenate([np.cross(c, F), F])[None, :]  # about the body origin

@@ -1,4 +1,4 @@
-"""The tree sweeps (diffmb.treescan) and the algorithms built on them.
+"""The tree sweeps (diffmb.tree.scan) and the algorithms built on them.
 
 Every sweep has a small-tree form (dense ancestor products, unrolled pose composition)
 and a large-tree form (pointer doubling); both are checked against plain loops over the
@@ -14,9 +14,9 @@ import pytest
 
 import diffmb
 from conftest import make_random_model, random_state
-from diffmb import aba, crba, rnea, treescan
-from diffmb.kinematics import kinematics
-from diffmb.layout import layout
+from diffmb.tree import aba, crba, rnea, scan
+from diffmb.tree.kinematics import kinematics
+from diffmb.tree.layout import layout
 
 
 def _loop_ancestors(parents, x):
@@ -38,11 +38,11 @@ def _loop_subtree(parents, x):
 @pytest.fixture(params=["small-tree forms", "doubling"])
 def sweep_path(request, monkeypatch):
     if request.param == "doubling":
-        monkeypatch.setattr(treescan, "DENSE_MAX_BODIES", 0)
-        monkeypatch.setattr(treescan, "UNROLL_MAX_BODIES", 0)
+        monkeypatch.setattr(scan, "DENSE_MAX_BODIES", 0)
+        monkeypatch.setattr(scan, "UNROLL_MAX_BODIES", 0)
     else:
-        monkeypatch.setattr(treescan, "DENSE_MAX_BODIES", 10_000)
-        monkeypatch.setattr(treescan, "UNROLL_MAX_BODIES", 10_000)
+        monkeypatch.setattr(scan, "DENSE_MAX_BODIES", 10_000)
+        monkeypatch.setattr(scan, "UNROLL_MAX_BODIES", 10_000)
     return request.param
 
 
@@ -52,13 +52,13 @@ def test_sweeps_match_loops(sweep_path, n_bodies):
     lay = layout(model)
     rng = np.random.default_rng(n_bodies)
     x = rng.standard_normal((model.n_bodies, 6, 2))
-    np.testing.assert_allclose(treescan.ancestors_sum(lay, jnp.asarray(x)),
+    np.testing.assert_allclose(scan.ancestors_sum(lay, jnp.asarray(x)),
                                _loop_ancestors(model.parents, x), atol=1e-13)
-    np.testing.assert_allclose(treescan.subtree_sum(lay, jnp.asarray(x)),
+    np.testing.assert_allclose(scan.subtree_sum(lay, jnp.asarray(x)),
                                _loop_subtree(model.parents, x), atol=1e-13)
     E = np.stack([np.linalg.qr(rng.standard_normal((3, 3)))[0] for _ in range(model.n_bodies)])
     r = rng.standard_normal((model.n_bodies, 3))
-    Ew, rw = treescan.compose_poses(lay, jnp.asarray(E), jnp.asarray(r))
+    Ew, rw = scan.compose_poses(lay, jnp.asarray(E), jnp.asarray(r))
     for i, p in enumerate(model.parents):
         if p < 0:
             np.testing.assert_allclose(Ew[i], E[i], atol=1e-14)
@@ -70,8 +70,8 @@ def test_sweeps_match_loops(sweep_path, n_bodies):
 
 def _dynamics(model, q, qd, tau):
     ws = kinematics(model, q, qd)
-    return (ws.rot, ws.pos, ws.vel, ws.acc, crba.mass_matrix(model, ws), rnea.bias_forces(model, ws),
-            aba.forward_dynamics(model, ws, tau))
+    return (ws.rot, ws.pos, ws.vel, ws.acc, crba.mass_matrix_ws(model, ws), rnea.bias_forces_ws(model, ws),
+            aba.forward_dynamics_ws(model, ws, tau))
 
 
 # the free base (~4 s) in the slow job: the default job keeps the fixed base, and a free root
@@ -85,8 +85,8 @@ def test_small_tree_forms_and_doubling_give_the_same_dynamics(base, monkeypatch)
     # limits), instead of some 250 operations compiled one by one
     form = lambda: jax.jit(lambda q, qd, tau: _dynamics(model, q, qd, tau))(q, qd, tau)
     small = form()
-    monkeypatch.setattr(treescan, "DENSE_MAX_BODIES", 0)
-    monkeypatch.setattr(treescan, "UNROLL_MAX_BODIES", 0)
+    monkeypatch.setattr(scan, "DENSE_MAX_BODIES", 0)
+    monkeypatch.setattr(scan, "UNROLL_MAX_BODIES", 0)
     doubled = form()
     for a, b in zip(small, doubled):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
@@ -143,7 +143,7 @@ def test_traced_graph_does_not_grow_with_the_tree():
     """The compile cost follows the traced graph: trees of 128 and 512 bodies (both past the
     small-tree forms) must trace to about the same number of operations (pointer doubling
     adds a few per extra round: log2 depth)."""
-    assert treescan.DENSE_MAX_BODIES < 128 and treescan.UNROLL_MAX_BODIES < 128
+    assert scan.DENSE_MAX_BODIES < 128 and scan.UNROLL_MAX_BODIES < 128
     small, large = _n_eqns(_chain(128, branch=True)), _n_eqns(_chain(512, branch=True))
     assert large < 1.15 * small, (small, large)
     chain_small, chain_large = _n_eqns(_chain(128)), _n_eqns(_chain(512))

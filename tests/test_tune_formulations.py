@@ -114,7 +114,7 @@ def test_slew_loss_trades_speed_against_ringing_and_tune_descends_it(tmp_path):
     # dropped in the backward pass made it 5 % off)
     from diffmb.design.binding import resolve
     from diffmb.design.tune import _Objective, _value, _value_and_grad, named_loss
-    from diffmb.integrate import RunSettings
+    from diffmb.simulation.integrate import RunSettings
 
     b, st = resolve(sc, ["t_switch"], {"slew_angle": 0.5, "t_switch": 10.0}, None, t1=40.0)
     obj = _Objective(binding=b, settings=RunSettings(**st, saveat=201, max_violation=1.0),

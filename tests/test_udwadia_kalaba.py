@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb import scenarios, simulate, spatial as sp
+from diffmb import scenarios, simulate
 from diffmb.cli import main
 from diffmb.formulations import udwadia_kalaba as uk
 from diffmb.formulations.udwadia_kalaba import potentials as pot
+from diffmb.math import spatial as sp
 from diffmb.scenarios import modular_spacecraft as S
 
 

@@ -231,7 +231,7 @@ def test_floating_base_layout_and_free_fall():
     sigma = np.array([0.2, -0.1, 0.3])
     q = jnp.concatenate([jnp.asarray(sigma), jnp.asarray([1.0, 2.0, 3.0]), jnp.asarray([0.4, -0.6])])
     qdd = diffmb.forward_dynamics(model, q, jnp.zeros(8), jnp.zeros(8))
-    E = np.asarray(diffmb.spatial.mrp_to_dcm(jnp.asarray(sigma)))
+    E = np.asarray(diffmb.math.spatial.mrp_to_dcm(jnp.asarray(sigma)))
     np.testing.assert_allclose(qdd[:3], 0.0, atol=1e-12)
     np.testing.assert_allclose(qdd[3:6], E @ np.array([0.0, 0.0, -9.81]), atol=1e-12)
     np.testing.assert_allclose(qdd[6:], 0.0, atol=1e-12)

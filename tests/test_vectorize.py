@@ -1,4 +1,4 @@
-"""Batched evaluation on a CPU (diffmb.vectorize) and the two forms of the small products.
+"""Batched evaluation on a CPU (diffmb.math.vectorize) and the two forms of the small products.
 
 The written-out form and the blocked map change how XLA runs the arithmetic, never the
 arithmetic: every check compares with the default form on one state at a time, to
@@ -14,9 +14,10 @@ import pytest
 
 import diffmb
 from conftest import make_random_model, random_state
-from diffmb import scenarios, spatial as sp
-from diffmb.integrate import _project
-from diffmb.vectorize import vmap_blocks
+from diffmb import scenarios
+from diffmb.math import spatial as sp
+from diffmb.math.vectorize import vmap_blocks
+from diffmb.simulation.integrate import _project
 
 
 def test_written_out_products_equal_the_reduced_ones():

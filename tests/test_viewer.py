@@ -14,8 +14,8 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from diffmb.cli import main as cli
+from diffmb.formats.fold import load_fold
 from diffmb.origami.animate import panel_polygons
-from diffmb.origami.fold import load_fold
 from diffmb.viewer import mesh, saved, scene_of
 from diffmb.viewer.bodies import inertia_box
 from diffmb.viewer.frames import rotate

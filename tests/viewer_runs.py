@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from diffmb import scenarios
-from diffmb.trajectory import Trajectory
+from diffmb.simulation.trajectory import Trajectory
 
 ARM_URDF = """<?xml version="1.0"?>
 <robot name="arm2">

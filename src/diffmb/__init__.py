@@ -1,21 +1,26 @@
-"""diffmb — differentiable multibody dynamics in JAX for space structures."""
+"""diffmb — differentiable multibody dynamics in JAX for space structures.
+
+The package reads bottom-up, one layer per folder, each importing only those below it
+(``docs/architecture.md``): ``math`` (spatial algebra, small dense solves), ``tree``
+(the model and its recursive algorithms), ``closures`` (loop closures and their exact
+solve), ``system`` (the System contract), ``simulation`` (``simulate`` and its results),
+``origami``, ``formats``, ``formulations``, ``scenarios``, ``design``, ``viewer``, ``cli``.
+"""
 
 import importlib
 
-from . import (
-    _config,  # noqa: F401  (float64 default, XLA flags)
-    resumable,
-    spatial,
-)
+from . import _config, _moved  # noqa: F401  (_config first: float64 and XLA flags before JAX starts)
 from ._config import __version__ as __version__
-from .closed_chain import assemble, close_loops
+from .closures.assembly import assemble, close_loops
 from .formats.mjcf_import import load_mjcf
 from .formats.urdf import load_urdf
-from .integrate import SOLVERS, simulate
-from .model import Model, ModelBuilder
+from .math import spatial
+from .math.vectorize import vmap_blocks
+from .simulation import resumable
+from .simulation.integrate import SOLVERS, simulate
+from .simulation.trajectory import Trajectory
 from .system import System, TreeSystem
-from .trajectory import Trajectory
-from .tree import (
+from .tree.api import (
     bias_forces,
     center_of_mass,
     coordinate_rates,
@@ -30,7 +35,7 @@ from .tree import (
     momentum,
     potential_energy,
 )
-from .vectorize import vmap_blocks
+from .tree.model import Model, ModelBuilder
 
 __all__ = [
     "assemble",
@@ -62,19 +67,13 @@ __all__ = [
     "vmap_blocks",
 ]
 
-#: Modules that moved into the ``design``, ``formats``, ``origami`` and Udwadia–Kalaba
-#: packages, still reachable as ``diffmb.<name>`` (``from diffmb import fit``).
-_MOVED = {
-    **{m: f"diffmb.design.{m}" for m in (
-        "batch", "binding", "data", "distributed", "fit", "fit_residual", "goodness", "least_squares",
-        "mujoco_record", "records", "sensors", "sweep_report", "sweep_store", "tune")},
-    **{m: f"diffmb.formats.{m}" for m in ("mjcf", "mjcf_import", "urdf")},
-    "reconfig": "diffmb.formulations.udwadia_kalaba.reconfig",
-    "topology": "diffmb.origami.topology",
-}
+_moved.install()
 
 
 def __getattr__(name):
-    if name in _MOVED:
-        return importlib.import_module(_MOVED[name])
+    """``diffmb.fit`` and the other moved modules, for one release (:mod:`diffmb._moved`)."""
+    old = f"diffmb.{name}"
+    if old in _moved.MOVED:
+        _moved.warn_moved(old)
+        return importlib.import_module(_moved.MOVED[old])
     raise AttributeError(f"module 'diffmb' has no attribute {name!r}")

@@ -5,7 +5,7 @@
   full float32 precision (``jax_default_matmul_precision = "highest"``) unless the user set
   ``JAX_DEFAULT_MATMUL_PRECISION``: by default a GPU multiplies float32 matrices in
   TensorFloat-32 (a 10-bit mantissa), in which the penalised closure solve
-  ``M + rho G^T G`` (:mod:`diffmb.constraint_solve`) loses every digit; on an H200 every
+  ``M + rho G^T G`` (:mod:`diffmb.closures.constraint_solve`) loses every digit; on an H200 every
   fold-4panel member at RK4 1 ms under Baumgarte diverged at once. CPUs have no such mode.
 * jaxlib 0.10's XLA CPU fusion emitters make deep unrolled recursions compile to code whose
   run time grows exponentially with chain depth (seen with MJX); we switch them off unless
@@ -15,16 +15,20 @@
 
 * ``python -m diffmb`` gets the command line's environment here, before JAX and equinox
   are imported (the console script sets it itself): its persistent compilation cache
-  (``diffmb_cli.cli_environment``, :mod:`diffmb.compile_cache`).
+  (:func:`diffmb_env.cli_environment`, standard library only, outside the package).
 
-It also holds the package version, so modules that record it (saved trajectories) need
-not import the package itself.
+It also holds the package version (from the installed metadata), so modules that record
+it (saved trajectories) need not import the package itself. It imports nothing of diffmb:
+it is the floor every layer stands on.
 """
 
 import os
 from importlib import metadata
 
-__version__ = "0.1.0"
+try:
+    __version__ = metadata.version("diffmb")
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 _FLAG = "--xla_cpu_use_fusion_emitters=false"
 
@@ -41,11 +45,11 @@ if _jaxlib_minor() == (0, 10) and "xla_cpu_use_fusion_emitters" not in os.enviro
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 
 try:
-    import diffmb_cli
-except ImportError:  # the package without its console script module
-    diffmb_cli = None
-if diffmb_cli is not None and diffmb_cli.run_as_module():
-    os.environ.update(diffmb_cli.cli_environment(warn=diffmb_cli.print_warning))
+    import diffmb_env
+except ImportError:  # the package installed without its top-level helper module
+    diffmb_env = None
+if diffmb_env is not None and diffmb_env.run_as_module():
+    os.environ.update(diffmb_env.cli_environment(warn=diffmb_env.print_warning))
 
 import jax  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Every formulation in diffmb compiles down to a :class:`System`. The contract is the set
 of public members declared on :class:`System` below, abstract or with a default; nothing
-outside it is read by ``simulate`` (:mod:`diffmb.integrate`) or by the design tools,
+outside it is read by ``simulate`` (:mod:`diffmb.simulation.integrate`) or by the design tools,
 sensors and the viewer. ``docs/architecture.md`` tabulates the same members, and
 ``tests/test_system_contract.py`` keeps the table and the class equal.
 
@@ -22,20 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import (
-    aba,
-    closures as cl,
-    constraint_solve as solve,
-    constraints as cs,
-    crba,
-    joints as jt,
-    rnea,
-    spatial as sp,
-    tree,
-)
-from .body_frames import BodyFrames, from_kinematics
-from .kinematics import kinematics
-from .model import Model
+from .closures import constraint_solve as solve, dynamics as cs, nodes as cl
+from .math import spatial as sp
+from .tree import aba, api, crba, joints as jt, rnea
+from .tree.body_frames import BodyFrames, from_kinematics
+from .tree.kinematics import kinematics
+from .tree.model import Model
 
 #: Trees with at most this many velocity coordinates use CRBA + Cholesky by default, larger
 #: ones the ABA. Measured (one state, revolute chain, 2-core CPU): CRBA + Cholesky 11 / 49
@@ -99,7 +91,7 @@ class System(eqx.Module):
 
     def sampled_diagnostics(self, x, params) -> dict:
         """Costly quantities reported at a sample of the save points only (at most
-        :data:`~diffmb.integrate.SAMPLED_POINTS`, evenly spaced; NaN between), such as the
+        :data:`~diffmb.simulation.integrate.SAMPLED_POINTS`, evenly spaced; NaN between), such as the
         closure rank, an eigenvalue decomposition per point."""
         return {}
 
@@ -134,12 +126,12 @@ class System(eqx.Module):
 
     def body_frames(self, x, params) -> BodyFrames:
         """Every body's pose and rates at state ``x``, in ``body_names`` order
-        (:class:`~diffmb.body_frames.BodyFrames`): what sensors and the viewer read."""
+        (:class:`~diffmb.tree.body_frames.BodyFrames`): what sensors and the viewer read."""
         raise ValueError(f"{type(self).__name__} has no body frames: its body_names is empty")
 
     @property
     def tree_models(self) -> tuple:
-        """The rigid-body tree :class:`~diffmb.model.Model` s the System is assembled
+        """The rigid-body tree :class:`~diffmb.tree.model.Model` s the System is assembled
         from, in ``body_names`` order (their geometry and visuals), or ``()``."""
         return ()
 
@@ -209,9 +201,9 @@ class TreeSystem(System):
     """A tree of rigid bodies (ABA), optionally closed by loop-closure constraints.
 
     State ``x = [q; qd]`` in the model's public order. Parameters (a dict):
-    ``model`` (the :class:`~diffmb.model.Model`, whose arrays are the numbers),
+    ``model`` (the :class:`~diffmb.tree.model.Model`, whose arrays are the numbers),
     ``q0``/``qd0`` (initial state), ``forcing`` (anything ``tau_fn`` needs) and, with
-    closures, ``closures`` (:class:`~diffmb.constraints.LoopClosures`, node placements)
+    closures, ``closures`` (:class:`~diffmb.closures.nodes.LoopClosures`, node placements)
     and ``baumgarte`` (``{"a": ..., "b": ...}``, eq. 41).
 
     ``tau_fn(t, q, qd, forcing) -> tau`` adds generalized forces (hinge models, actuation)
@@ -220,9 +212,9 @@ class TreeSystem(System):
     diagnostic (e.g. :mod:`diffmb.origami.hinges`).
     ``wrench_fn(t, frames, model, forcing) -> (N, 6)`` (optional) adds state-dependent
     wrenches ``[torque; force]`` on the bodies, in body axes about each body's origin, from
-    their :class:`~diffmb.body_frames.BodyFrames` (fluid drag: :mod:`diffmb.fluid`).
+    their :class:`~diffmb.tree.body_frames.BodyFrames` (fluid drag: :mod:`diffmb.tree.fluid`).
     ``stabilization``: ``none``, ``baumgarte`` (gains in params) or ``projection`` (after
-    every step, :func:`~diffmb.constraints.project_state`). ``project`` also performs the
+    every step, :func:`~diffmb.closures.dynamics.project_state`). ``project`` also performs the
     MRP shadow-set switch of spherical/free joints (section 2.1) — never the vector field.
     """
 
@@ -302,7 +294,7 @@ class TreeSystem(System):
         """Passive joint forces, ``tau_fn``'s and the ``wrench_fn`` wrenches' (``ws``: the
         state's kinematics, when the caller has them)."""
         model = params["model"]
-        tau = tree.joint_forces(model, q, qd)
+        tau = api.joint_forces(model, q, qd)
         if self.tau_fn is not None:
             tau = tau + self.tau_fn(t, q, qd, params["forcing"])
         if self.wrench_fn is not None:
@@ -319,11 +311,11 @@ class TreeSystem(System):
         tau = self.generalized_force(t, q, qd, params, ws)
         if self.closures is None:
             if self._dense:
-                M = crba.mass_matrix(model, ws)
-                rhs = tau - rnea.bias_forces(model, ws)
+                M = crba.mass_matrix_ws(model, ws)
+                rhs = tau - rnea.bias_forces_ws(model, ws)
                 qdd = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
             else:
-                qdd = aba.forward_dynamics(model, ws, tau)
+                qdd = aba.forward_dynamics_ws(model, ws, tau)
             return qdd, jnp.zeros(0, q.dtype)
         gains = None
         if self.stabilization == "baumgarte":
@@ -335,7 +327,7 @@ class TreeSystem(System):
     def state_derivative(self, t, x, params):
         q, qd = self.split(x)
         qdd, _ = self.accelerations(t, x, params)
-        return jnp.concatenate([tree.coordinate_rates(params["model"], q, qd), qdd])
+        return jnp.concatenate([api.coordinate_rates(params["model"], q, qd), qdd])
 
     @property
     def _dense(self) -> bool:
@@ -394,15 +386,15 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         ws = kinematics(model, q, qd)
-        kinetic = tree.kinetic_energy_ws(ws) + tree.rotor_energy(model, qd)
-        out = {"energy": kinetic + tree.potential_energy_ws(model, ws, q), "kinetic_energy": kinetic}
+        kinetic = api.kinetic_energy_ws(ws) + api.rotor_energy(model, qd)
+        out = {"energy": kinetic + api.potential_energy_ws(model, ws, q), "kinetic_energy": kinetic}
         if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
             out["energy"] = out["energy"] + self.potential_fn(q, params["forcing"])
         if model.floating_base:
-            lin, ang = tree.momentum_ws(model, ws)
+            lin, ang = api.momentum_ws(model, ws)
             out["angular_momentum"] = ang
             out["linear_momentum"] = lin
-            out["momentum_scale"] = tree.momentum_scale_ws(model, ws)
+            out["momentum_scale"] = api.momentum_scale_ws(model, ws)
         if self.closures is not None:
             nodes = params["closures"]
             rows = np.asarray(nodes.rows)
@@ -415,7 +407,7 @@ class TreeSystem(System):
         if self.closures is None or model.nv > RANK_DIAGNOSTIC_MAX_NV:
             return {}
         ws = kinematics(model, self.split(x)[0])
-        M = crba.mass_matrix(model, ws)
+        M = crba.mass_matrix_ws(model, ws)
         return {"closure_rank": solve.numerical_rank(M, cs.blocks(ws, params["closures"], model.nv))}
 
     @property

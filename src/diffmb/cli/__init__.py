@@ -1,7 +1,7 @@
 """The ``diffmb`` command line, one module per command.
 
 ``diffmb list``                      the registered scenarios (:mod:`.listing`)
-``diffmb run SCENARIO|FILE ...``     simulate in resumable segments (:mod:`diffmb.resumable`);
+``diffmb run SCENARIO|FILE ...``     simulate in resumable segments (:mod:`diffmb.simulation.resumable`);
                                      npz / CSV / JSON / plots (:mod:`.run`)
 ``diffmb linearize SCENARIO``        a tensegrity's linearization and norms (:mod:`.linearize`)
 ``diffmb synth | tune | fit | sweep`` the design tools (:mod:`.synth`, :mod:`.tune`,
@@ -22,7 +22,8 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from .. import __version__, compile_cache
+from .._config import __version__
+from ..simulation import compile_cache
 from . import _common, fit, linearize, listing, reconfig, run, sweep, synth, tune, view
 from ._common import Parser, UsageError, fail
 from .run import RunConfig, RunResult, default_segments, report  # noqa: F401  (the run's public pieces)

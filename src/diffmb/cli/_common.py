@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..integrate import FIXED_SOLVERS, SOLVERS
+from ..simulation.integrate import FIXED_SOLVERS, SOLVERS
 from ..system import STABILIZATIONS
 
 DEFAULT_OUT = "out"

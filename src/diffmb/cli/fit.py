@@ -134,7 +134,7 @@ def main(args) -> int:
              "converged" if res.converged else "not converged (see the warnings)")
     lines.append(f"{res.iterations} iterations, {state}; compile {res.compile_s:.1f} s, fit {res.wall_s:.1f} s")
     if args.plot:
-        from ..plot import plot_fit  # matplotlib, loaded only when asked
+        from ..viewer.plots import plot_fit  # matplotlib, loaded only when asked
 
         used = resolve_sensors(system, records, sensors)
         lines.append(f"plot: {plot_fit(res, records, used, args.plot, title=sc.name)}")

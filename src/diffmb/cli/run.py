@@ -2,7 +2,7 @@
 
 How a run works
 ---------------
-The run is :mod:`diffmb.resumable`'s: the horizon is split into ``--segments N`` time
+The run is :mod:`diffmb.simulation.resumable`'s: the horizon is split into ``--segments N`` time
 segments (default: about 1000 steps a segment, at most 20 segments, never more than
 50 000 steps a segment), each a whole number of steps of ``dt``, one compilation for them
 all; the step never changes with the segmenting, and ``--segments`` above the step count
@@ -37,15 +37,15 @@ replaces it quietly. A segment that ends with an event or a divergence stops the
 what was computed is kept and written as usual.
 
 Timing: ``compile_s`` is the ahead-of-time compile of the segment (trace, lower, XLA
-compile: :func:`~diffmb.integrate.compile_simulation`), done once before the first
+compile: :func:`~diffmb.simulation.integrate.compile_simulation`), done once before the first
 segment (``compile_cached``: how many of its programs were read back from the command
-line's persistent compilation cache instead, :mod:`diffmb.compile_cache`); ``wall_s``
+line's persistent compilation cache instead, :mod:`diffmb.simulation.compile_cache`); ``wall_s``
 is the time of the compiled segments, i.e. the simulation alone.
 Nothing is run twice. File writing and plotting are not included. After ``--resume``
 both cover only this process, while ``steps`` counts the whole trajectory.
 
 Status: ``success`` (reached ``t1``), ``suspect`` (reached ``t1``, but the energy or
-angular momentum jumped in one save interval: :mod:`diffmb.health`; the JSON's
+angular momentum jumped in one save interval: :mod:`diffmb.simulation.health`; the JSON's
 ``warnings`` say where and by how much, and they are printed), ``event`` (a termination event stopped it) or
 ``diverged`` (non-finite state, violation above bound, step-size collapse — and also
 diffrax's ``max_steps``, which a fixed-step segment never reaches and an adaptive segment
@@ -63,9 +63,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .. import compile_cache, health, resumable, scenarios, trajectory
-from ..integrate import FIXED_SOLVERS
-from ..resumable import (
+from .. import scenarios
+from ..scenarios.origami import outlines
+from ..simulation import compile_cache, health, resumable, trajectory
+from ..simulation.integrate import FIXED_SOLVERS
+from ..simulation.resumable import (
     PartialRunExists,
     ResumeMismatch,
     SegmentedRun as RunResult,
@@ -73,7 +75,6 @@ from ..resumable import (
     default_segments,
     fixed_steps,
 )
-from ..scenarios.origami import outlines
 from . import _common
 from ._common import (
     UsageError,
@@ -300,7 +301,7 @@ def _duration(s: float) -> str:
 
 
 def run_segments(cfg: RunConfig, start: Start | None = None) -> RunResult:
-    """:func:`diffmb.resumable.run_segments` with a progress bar, the plan said up front
+    """:func:`diffmb.simulation.resumable.run_segments` with a progress bar, the plan said up front
     and, after the first segment of a long run, an estimate of the time left; the first
     Ctrl-C stops it after the segment in flight."""
     if start is None:
@@ -379,13 +380,13 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
 
 
 def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
-    """Final npz (:func:`diffmb.resumable.finish`: removes the partial file) + CSV (+ plots,
+    """Final npz (:func:`diffmb.simulation.resumable.finish`: removes the partial file) + CSV (+ plots,
     + JSON)."""
     traj = res.traj
     files = [resumable.finish(res, cfg.out, cfg.name, cfg.identity)]
     files.append(traj.to_csv(cfg.out / f"{cfg.name}.csv"))
     if cfg.plot:
-        from ..plot import plot_trajectory  # matplotlib, loaded only when asked
+        from ..viewer.plots import plot_trajectory  # matplotlib, loaded only when asked
 
         files += plot_trajectory(traj, cfg.out, title=cfg.name, prefix=f"{cfg.name}_", system=cfg.system)
     if cfg.animate:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ._common import (
+    Parser,
     UsageError,
     check_outputs,
     deprecated,
@@ -33,11 +34,13 @@ from ._common import (
 )
 
 
-def build_parser():
-    """The whole command line's parser (imported late: the package imports this module)."""
-    from . import build_parser as parser
+def _run_parser() -> Parser:
+    """``diffmb run``'s parser alone, to run a sweep member again as ``diffmb run`` would."""
+    from . import run
 
-    return parser()
+    p = Parser(prog="diffmb")
+    run.add_parser(p.add_subparsers(dest="command"))
+    return p
 
 
 def add_parser(sub):
@@ -82,7 +85,7 @@ def _simulate_member(args, out: Path, k: int) -> Path:
     horizon and run settings, the scenario's where the JSON has none) into
     ``<out stem>_run/member<k>/``; its npz."""
     from .. import scenarios
-    from ..integrate import ADAPTIVE_SOLVERS
+    from ..simulation.integrate import ADAPTIVE_SOLVERS
     from ..viewer.sweep_member import member
     from . import run
 
@@ -95,7 +98,7 @@ def _simulate_member(args, out: Path, k: int) -> Path:
     argv += [f"--{o}={st[o]}" if isinstance(st[o], str) else f"--{o}={st[o]!r}"
              for o in ("solver", "dt", "stabilization") + (("rtol", "atol") if solver in ADAPTIVE_SOLVERS else ())
              if o in st]
-    parsed = build_parser().parse_args(["run"] + argv)
+    parsed = _run_parser().parse_args(["run"] + argv)
     code = run.main(parsed)
     if code not in (0, 1):
         raise UsageError(f"--member {k}: running it again failed (exit code {code})")

@@ -1,6 +1,6 @@
 """Batch sweeps: one System simulated for a whole batch of parameter sets at once.
 
-:func:`sweep` vmaps :func:`~diffmb.integrate.simulate` over a batch of params (and
+:func:`sweep` vmaps :func:`~diffmb.simulation.integrate.simulate` over a batch of params (and
 optionally initial states) and reduces every member's trajectory to summary metrics inside
 the compiled call, so a batch costs memory for its states, not for its trajectories. A
 batch larger than ``chunk`` runs in pieces (the last one padded to the same shape, so one
@@ -36,7 +36,7 @@ the CLI prints that under its table):
 ``momentum_drift``   largest ``|H - H0|`` of the angular momentum [N m s]; in ``rows`` NaN
                      for a member whose physics does not conserve it
 ``energy_jump``, ``momentum_jump``  the largest jump in one save interval relative to
-                     the quantity's natural scale, 0 if none (:mod:`diffmb.health`'s rule);
+                     the quantity's natural scale, 0 if none (:mod:`diffmb.simulation.health`'s rule);
                      where the member's physics conserves the quantity (``conserved``), a
                      jump makes a member that reached ``t1`` ``suspect``
 """
@@ -58,15 +58,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import health, scenarios, spatial as sp
-from ..integrate import RunSettings
-from ..trajectory import STATUS_CODES, STATUS_NAMES
+from .. import scenarios
+from ..math import spatial as sp
+from ..simulation import health
+from ..simulation.integrate import RunSettings
+from ..simulation.trajectory import STATUS_CODES, STATUS_NAMES
 from .binding import NotAffine, bind, build_batch
 
 if TYPE_CHECKING:
     from jax.typing import ArrayLike
 
-    from ..integrate import PyTree
+    from ..simulation.integrate import PyTree
     from ..system import System
 
 #: Members per compiled call on a CPU, where a chunk's program is traced with the small
@@ -197,7 +199,7 @@ class _Member(eqx.Module):
 
 def _on_cpu(tree) -> bool:
     """Whether the arrays of ``tree`` live on CPU devices: there a chunk's program is traced
-    with the small products written out (:func:`diffmb.spatial.written_out`: 2x per member
+    with the small products written out (:func:`diffmb.math.spatial.written_out`: 2x per member
     for fold-4panel at chunks of 512); accelerators keep the form they were measured with."""
     leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "devices")]
     devices = leaves[0].devices() if leaves else jax.devices()
@@ -413,7 +415,7 @@ def n_chunks(batch: int, chunk: int) -> int:
 def member_runner(system, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, saveat=1001,
                   max_violation=1.0, flat_tol_deg=1.0, with_x0=False):
     """The per-member run of a sweep (vmapped over a chunk's params and initial states):
-    :func:`~diffmb.integrate.simulate` reduced to the metrics of :data:`METRICS`."""
+    :func:`~diffmb.simulation.integrate.simulate` reduced to the metrics of :data:`METRICS`."""
     settings = RunSettings(t1=float(t1), dt=dt, solver=solver, rtol=float(rtol), atol=float(atol),
                            saveat=int(saveat),
                            max_violation=None if max_violation is None else float(max_violation))

@@ -13,7 +13,7 @@ angle that moves the geometry) is refused with a message saying so. Sweeps do no
 gradients and fall back to one build per member (:func:`build_batch`).
 
 Besides the scenario's names, the per-coordinate parameters of
-:mod:`diffmb.coordinate_params` (``K.<coordinate>``, ``inertia_scale``,
+:mod:`diffmb.scenarios.coordinate_params` (``K.<coordinate>``, ``inertia_scale``,
 ``tape.<field>.<hinge>``, ...) are bound along their exact directions; set in ``overrides``
 or bound, such a name keeps its entry of the params while the scenario's own names are
 probed (``K.theta_j`` overrides ``K`` for that hinge, as in
@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import coordinate_params, scenarios
+from .. import scenarios
+from ..scenarios import coordinate_params
 
 
 def _split(params):

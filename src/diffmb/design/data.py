@@ -8,7 +8,7 @@ the System tells which coordinates are lengths and which angles (tree models) th
 match the coordinate. Bad files raise ValueError naming the file, row and column.
 
 An npz record holds arrays ``t`` and named columns, or is a trajectory ``diffmb run``
-wrote (``<out>/<scenario>.npz``, :meth:`diffmb.trajectory.Trajectory.save`): its save
+wrote (``<out>/<scenario>.npz``, :meth:`diffmb.simulation.trajectory.Trajectory.save`): its save
 times and position-level coordinates (``coordinate_names``: the hinge angles, the hub's
 attitude and position) are the record, the reached rows only. A folder, a missing file or
 content that is neither CSV text nor an npz archive is one ValueError naming the path.
@@ -58,7 +58,7 @@ class Data:
 
 
 def state_tree(system):
-    """The tree :class:`~diffmb.model.Model` whose ``[q; qd]`` is exactly ``system``'s
+    """The tree :class:`~diffmb.tree.model.Model` whose ``[q; qd]`` is exactly ``system``'s
     state (a :class:`~diffmb.system.TreeSystem`), else ``None``."""
     models = system.tree_models
     if len(models) == 1 and tuple(system.state_names) == models[0].coordinate_names + models[0].velocity_names:

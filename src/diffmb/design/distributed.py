@@ -57,16 +57,7 @@ import numpy as np
 
 from .. import _config
 from . import exported_program
-from .batch import (
-    _batch_size,
-    _take,
-    assemble,
-    chunk_members,
-    chunk_size,
-    default_chunk,
-    member_runner,
-    n_chunks,
-)
+from .batch import _batch_size, _take, assemble, chunk_members, chunk_size, default_chunk, member_runner, n_chunks
 
 EXTRA = "cluster"
 

@@ -31,7 +31,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .. import spatial as sp
+from ..math import spatial as sp
 from .batch import _compiled, _on_cpu
 
 #: what ``jax.export`` raises for a program or a package it cannot carry

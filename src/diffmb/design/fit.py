@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import scenarios
-from ..integrate import simulate
+from ..simulation.integrate import simulate
 from .binding import Binding, _same_structure, bind, run_options
 from .data import Data, default_columns, sample_times, state_units
 from .fit_residual import NUISANCE_BOUNDS, Residual, Unknowns, predictions, residual_and_jacobian, residual_value

@@ -12,7 +12,7 @@ segments' initial states.
 The records are simulated together: one ``jax.vmap`` over records (each with its own
 Binding, i.e. its own initial fold or stowage, and its own save times), so the compiled
 size does not grow with the number of records. Save times are traced
-(:func:`~diffmb.integrate.states_at`), which makes ``t_offset`` differentiable.
+(:func:`~diffmb.simulation.integrate.states_at`), which makes ``t_offset`` differentiable.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..integrate import states_at
+from ..simulation.integrate import states_at
 from .binding import Binding
 from .sensors import SensorModel
 

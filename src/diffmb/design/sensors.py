@@ -12,7 +12,7 @@ A deployment test of a folded array does not record hinge angles. It records:
   One column, named like the sensor (default: the coordinate).
 
 Every output is a function of the state through ``System.body_frames``
-(:mod:`diffmb.body_frames`), so it exists for every formulation whose System exposes its
+(:mod:`diffmb.tree.body_frames`), so it exists for every formulation whose System exposes its
 bodies (trees, Kane's cut-joint systems, Udwadia-Kalaba). The accelerometer
 differentiates the point's velocity along the vector field (one ``jax.jvp``).
 

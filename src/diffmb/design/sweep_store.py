@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import resumable
+from ..simulation import resumable
 from .batch import METRICS, SweepResult
 from .sweep_report import columns
 

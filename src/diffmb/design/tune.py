@@ -4,7 +4,7 @@ Fulton & Schaub tuned their Baumgarte gains by hand (section 4.2: ``a = 100, b =
 the 4-panel fold, "trial and error") and found none for the 3x3 grid. :func:`tune` makes
 that a minimisation: the parameters (any scenario ``--set`` names, bound to the System's
 params by :mod:`diffmb.design.binding`) are optimised by Adam on a loss of the simulated
-trajectory, with gradients through :func:`~diffmb.integrate.simulate`. Adam descends
+trajectory, with gradients through :func:`~diffmb.simulation.integrate.simulate`. Adam descends
 ``log(loss)``, whose gradient is scale-free. The gradient is taken in forward mode (one
 tangent per tuned value carried along the run, no tape) for up to :data:`FORWARD_MAX`
 values, the usual case of a few gains, and in reverse mode (the memory-bounded
@@ -49,7 +49,7 @@ import numpy as np
 import optax
 
 from .. import scenarios
-from ..integrate import FIXED_SOLVERS, RunSettings
+from ..simulation.integrate import FIXED_SOLVERS, RunSettings
 from .binding import Binding, resolve
 from .data import unit_kinds
 

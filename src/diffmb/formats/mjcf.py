@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import spatial as sp
-from ..tree import forward_kinematics
+from ..math import spatial as sp
+from ..tree.api import forward_kinematics
 
 KIND = {"revolute": "hinge", "prismatic": "slide", "spherical": "ball"}
 
@@ -45,7 +45,7 @@ def _quat_wxyz(R):
 
 def to_mjcf(model, closures=None, *, timestep: float = 1e-3, integrator: str = "RK4",
             solver: str = "Newton", name: str = "diffmb", solref=None, solimp=None) -> str:
-    """MJCF text of ``model`` with ``closures`` (:class:`~diffmb.closures.LoopClosures`).
+    """MJCF text of ``model`` with ``closures`` (:class:`~diffmb.closures.nodes.LoopClosures`).
 
     ``solref``/``solimp``: MuJoCo's constraint softness for the equalities (its defaults
     when ``None``); e.g. ``solref=(2 * timestep, 1)``, ``solimp=(0.9999, 0.9999, 0.001)``

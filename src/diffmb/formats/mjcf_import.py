@@ -21,9 +21,9 @@ angle units), so what diffmb reads is exactly the model MuJoCo simulates. From t
   ``tendon`` between fixed tendons of one joint each -> the same coordinate coupling;
   inactive ones are skipped;
 * fixed tendons' springs (with MuJoCo's dead band) and dampers as generalized forces
-  (:mod:`diffmb.tendons`, the system's ``tau_fn``);
+  (:mod:`diffmb.tree.tendons`, the system's ``tau_fn``);
 * fluid forces (``<option density viscosity wind>``) with MuJoCo's inertia-box model
-  (:mod:`diffmb.fluid`, the system's ``wrench_fn``);
+  (:mod:`diffmb.tree.fluid`, the system's ``wrench_fn``);
 * ``<flag>``s that disable gravity, springs, dampers, frictionloss, limits or equalities
   take them out here too;
 * a ``<keyframe>`` gives the initial state (``key``: a name or index; default the first
@@ -46,12 +46,13 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .. import fluid as fl, joints as jt, spatial as sp, tendons as tn
-from ..closed_chain import assemble
-from ..closures import jacobian, loop_closures, position_residual
-from ..couplings import coupling
-from ..model import Model, ModelBuilder
+from ..closures.assembly import assemble
+from ..closures.couplings import coupling
+from ..closures.nodes import jacobian, loop_closures, position_residual
+from ..math import spatial as sp
 from ..system import TreeSystem
+from ..tree import fluid as fl, joints as jt, tendons as tn
+from ..tree.model import Model, ModelBuilder
 
 _KIND = {0: "free", 1: "spherical", 2: "prismatic", 3: "revolute"}
 
@@ -68,9 +69,9 @@ class MjcfModel:
     notes: list = field(default_factory=list)
     #: per MuJoCo joint: (diffmb body index, kind) for state conversion
     joint_bodies: tuple = ()
-    #: the fixed tendons with a spring or a damper (:class:`~diffmb.tendons.FixedTendons`), or None
+    #: the fixed tendons with a spring or a damper (:class:`~diffmb.tree.tendons.FixedTendons`), or None
     tendons: object = None
-    #: the medium's drag (:class:`~diffmb.fluid.InertiaBoxFluid`), or None
+    #: the medium's drag (:class:`~diffmb.tree.fluid.InertiaBoxFluid`), or None
     fluid: object = None
 
     def system(self, *, stabilization=None, baumgarte=(0.0, 0.0)):
@@ -215,7 +216,7 @@ _MINVAL = 1e-15  # mjMINVAL: MuJoCo's "zero" (a body lighter than it feels no fl
 
 
 def _fluid(m, model, offset, last, name, notes):
-    """MuJoCo's inertia-box fluid model (:mod:`diffmb.fluid`) for every moving body of the
+    """MuJoCo's inertia-box fluid model (:mod:`diffmb.tree.fluid`) for every moving body of the
     file with mass, or None without a medium. A body whose geoms ask for the ellipsoid
     model (``fluidshape``) is left out, with a note naming it."""
     import mujoco
@@ -264,7 +265,7 @@ def _tendon_terms(m, t):
 
 
 def _tendons(m, model, joints, name, where, notes):
-    """The fixed tendons with a spring or a damper (:mod:`diffmb.tendons`), or None; notes
+    """The fixed tendons with a spring or a damper (:mod:`diffmb.tree.tendons`), or None; notes
     for what is not carried over (spatial tendons, tendon limits, armature, friction)."""
     import mujoco
 

@@ -6,7 +6,7 @@ by the joint name.
 
 * Joint types: ``revolute`` and ``continuous`` (one angle each, diffmb ``revolute``),
   ``prismatic`` and ``fixed`` (merged into the nearest moving ancestor at build time and
-  kept as a named frame, see :class:`diffmb.model.ModelBuilder`). ``floating``, ``planar``
+  kept as a named frame, see :class:`diffmb.tree.model.ModelBuilder`). ``floating``, ``planar``
   and anything else raise ``ValueError``.
 * ``<origin xyz rpy>`` of a joint is the pose of the joint (= child link) frame in the
   parent link frame: URDF's rotation ``R(rpy)`` maps child components to parent
@@ -30,7 +30,7 @@ by the joint name.
   the default), refused (``"error"``) or replaced by the nearest valid inertia
   (``"repair"``). Massless links (virtual links between the joints of a 3-axis hip) and
   point masses are accepted wherever the mass matrix stays regular
-  (:mod:`diffmb.regularity`); otherwise the error names the joints that move nothing.
+  (:mod:`diffmb.tree.regularity`); otherwise the error names the joints that move nothing.
 * ``<mimic>`` is reported (a warning) and not enforced by :func:`load_urdf`: the joint
   stays an independent coordinate, as in Pinocchio's default model. :func:`mimic_closures`
   turns the file's mimic tags into coordinate couplings (``joint = multiplier * of +
@@ -39,7 +39,7 @@ by the joint name.
   ``floating_base=True``, the free body, renamed ``world_link`` (the free joint carries the
   root link, as in Pinocchio). A non-root link named ``world`` is refused.
 * Coordinate order: the movable joints in document order of the ``<joint>`` elements
-  (the free root joint first), whatever the tree order; see :func:`diffmb.model.reorder_joints`.
+  (the free root joint first), whatever the tree order; see :func:`diffmb.tree.model.reorder_joints`.
 
 Every malformed input raises ``ValueError`` naming the file (for a path), the element,
 the link or joint and the field.
@@ -59,8 +59,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp
-from ..model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
+from ..math import spatial as sp
+from ..tree.model import NO_MOVABLE_JOINTS, Model, ModelBuilder, reorder_joints
 
 ROOT_JOINT = "root_joint"
 """Name of the free joint that carries the root link when ``floating_base=True``."""
@@ -129,7 +129,7 @@ def _origin(el, where):
 
 
 def _rpy_dcm(rpy):
-    """DCM [child parent] of an rpy origin (:func:`diffmb.spatial.rpy_dcm`) as numpy."""
+    """DCM [child parent] of an rpy origin (:func:`diffmb.math.spatial.rpy_dcm`) as numpy."""
     return np.asarray(sp.rpy_dcm(jnp.asarray(rpy, dtype=float)))
 
 
@@ -287,7 +287,7 @@ def _read(source):
 def load_urdf(source: str | os.PathLike, *, floating_base: bool = False,
               gravity: tuple[float, float, float] = (0.0, 0.0, -9.81),
               inertia: str = "warn") -> Model:
-    """Build a :class:`~diffmb.model.Model` from a URDF path or XML string.
+    """Build a :class:`~diffmb.tree.model.Model` from a URDF path or XML string.
 
     ``source``: a ``str``/``pathlib.Path`` path, or the XML itself (a string whose first
     non-blank character is ``<``). ``floating_base``: put the root link on a free joint

@@ -2,7 +2,7 @@
 
 The panel polygons come from :class:`~diffmb.origami.pattern.OrigamiInfo`
 ``panel_outlines`` (vertices in each body's frame); their world positions at each saved
-state come from :func:`diffmb.tree.forward_kinematics` (``dcm = [body world]``, so a
+state come from :func:`diffmb.tree.api.forward_kinematics` (``dcm = [body world]``, so a
 vertex ``v`` of body ``k`` is at ``pos[k] + dcm[k]^T v``). Written with matplotlib's
 PillowWriter (Pillow ships with matplotlib); no GUI backend is touched.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .. import tree
+from ..tree import api
 
 
 def panel_polygons(system, traj, panels, max_frames: int = 150):
@@ -27,7 +27,7 @@ def panel_polygons(system, traj, panels, max_frames: int = 150):
     pick = np.unique(np.linspace(0, len(ts) - 1, min(max_frames, len(ts))).round().astype(int))
     model = system.model
     nq = model.nq
-    fk = jax.jit(jax.vmap(lambda q: tree.forward_kinematics(model, q)))
+    fk = jax.jit(jax.vmap(lambda q: api.forward_kinematics(model, q)))
     dcm, pos = (np.asarray(a) for a in fk(xs[pick, :nq]))
     idx = [model.body_index(name) for name, _ in panels]
     verts = [np.asarray(v, float) for _, v in panels]

@@ -13,7 +13,7 @@ rebuilding with new numbers never recompiles.
 Models (``theta`` is the hinge joint angle, ``tau`` the generalized force on it):
 
 (a) **Linear torsion spring + damper** ``tau = -K (theta - rest) - D theta_dot``
-    (eq. 11): already part of the :class:`~diffmb.model.Model` (``stiffness``,
+    (eq. 11): already part of the :class:`~diffmb.tree.model.Model` (``stiffness``,
     ``damping``, ``rest``; :class:`~diffmb.origami.pattern.Crease` fields), and its
     energy ``1/2 K (theta - rest)^2`` (eq. 13) is already in the energy diagnostic.
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..constraints import make_closures
-from ..model import ModelBuilder
+from ..closures.nodes import make_closures
 from ..system import TreeSystem
+from ..tree.model import ModelBuilder
 from . import topology as topo
 
 

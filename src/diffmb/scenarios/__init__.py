@@ -10,7 +10,16 @@ from __future__ import annotations
 import os
 
 # importing a scenario module registers its scenarios
-from . import closed_mechanisms, files, flexible_spacecraft, fourbar, modular_spacecraft, origami, pendulum, tensegrity  # noqa: F401
+from . import (  # noqa: F401
+    closed_mechanisms,
+    files,
+    flexible_spacecraft,
+    fourbar,
+    modular_spacecraft,
+    origami,
+    pendulum,
+    tensegrity,
+)
 from .scenario import NONNEGATIVE, REGISTRY, Scenario, conserves, nonnegative, register
 
 __all__ = ["NONNEGATIVE", "REGISTRY", "Scenario", "conserves", "get", "nonnegative", "register"]

@@ -55,9 +55,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp, tree
 from ..formulations import kane
-from ..model import ModelBuilder
+from ..math import spatial as sp
+from ..tree import api
+from ..tree.model import ModelBuilder
 from .scenario import Scenario, conserves, register
 
 PAPER = "Madonna, closed-chain post-grasping with Kane's method"
@@ -342,7 +343,7 @@ def dual_arm(v: dict, stabilization: str = "none", formulation: str | None = Non
     u0 = np.concatenate([[w0, 0, 0, 0, 0, 0], np.zeros(6), [w0, 0, 0, 0, 0, 0]])
     # grasp welds: node A at each end effector (link-3 tip), node B the same point and
     # axes on the target at q0
-    dcm, pos = tree.forward_kinematics(sms, jnp.asarray(q0[:12]))
+    dcm, pos = api.forward_kinematics(sms, jnp.asarray(q0[:12]))
     pairs = []
     for side in ("left", "right"):
         i = sms.body_index(f"{side}3")

@@ -4,7 +4,7 @@ loops.json]`` (and ``.xml`` MJCF through :mod:`diffmb.formats.mjcf_import`).
 A URDF scenario is named after the file's stem. Settable: ``floating`` (1: the root link
 on a free joint), ``g`` (gravity along -z, m/s^2), Baumgarte ``a``, ``b`` (with closures).
 Without closures the model starts at rest in its zero pose; with a loop file
-(:func:`diffmb.closed_chain.read_loops`) at the assembled state of its ``initial`` block.
+(:func:`diffmb.formats.loops.read_loops`) at the assembled state of its ``initial`` block.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from ..closed_chain import closed_system
+from ..formats.loops import closed_system
 from ..formats.mjcf_import import load_mjcf
 from ..formats.urdf import load_urdf
 from ..system import TreeSystem

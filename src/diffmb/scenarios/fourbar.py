@@ -17,9 +17,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from ..constraints import make_closures
-from ..model import ModelBuilder
+from ..closures.nodes import make_closures
 from ..system import TreeSystem
+from ..tree.model import ModelBuilder
 from .scenario import Scenario, conserves, register
 
 A, B, C, D = 1.0, 2.5, 2.0, 2.2  # crank, coupler, rocker, ground

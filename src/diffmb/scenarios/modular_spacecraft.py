@@ -22,11 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp, tree
 from ..formulations.udwadia_kalaba import UKBuilder, potentials as pot
 from ..formulations.udwadia_kalaba.reconfig import JointSite, Problem
-from ..model import ModelBuilder
+from ..math import spatial as sp
 from ..system import TreeSystem
+from ..tree import api
+from ..tree.model import ModelBuilder
 from .scenario import Scenario, conserves, register
 
 
@@ -86,7 +87,7 @@ def chain_pair(n=4, length=0.4, mass=1.0, *, angles=0.3, rates=0.5, spin=0.4, st
             q0[s:e] = angles / 4 * rng.uniform(-1, 1, 3)
             qd0[s:e] = rates * rng.uniform(-1, 1, 3)
     tsys = TreeSystem(model, q0=q0, qd0=qd0)
-    dcm, pos, vel = (np.asarray(a) for a in tree.forward_kinematics(model, jnp.asarray(q0), jnp.asarray(qd0)))
+    dcm, pos, vel = (np.asarray(a) for a in api.forward_kinematics(model, jnp.asarray(q0), jnp.asarray(qd0)))
     com = np.asarray(model.com)
     b = UKBuilder()
     kinds, axes, links = _chain_spec(n, length, mass)
@@ -108,7 +109,7 @@ def chain_pair(n=4, length=0.4, mass=1.0, *, angles=0.3, rates=0.5, spin=0.4, st
 def chain_poses_tree(model, xs):
     """Tree trajectory ``xs (k, 2 nq)`` -> com positions ``(k, N, 3)`` and DCMs ``(k, N, 3, 3)``."""
     def one(x):
-        dcm, pos = tree.forward_kinematics(model, x[: model.nq])
+        dcm, pos = api.forward_kinematics(model, x[: model.nq])
         return pos + sp.mtv(dcm, model.com), dcm
 
     return jax.vmap(one)(xs)

@@ -2,7 +2,7 @@
 
 ``fold-4panel`` (section 4.2), ``fold-2x4`` (section 4.3.1), ``fold-3x3`` (Fig. 13, the
 case the paper could not run) and ``map-fold`` (any rows x cols). Geometry, frames and
-fold signs: :mod:`diffmb.origami.pattern` and :mod:`diffmb.origami.patterns`; the paper's
+fold signs: :mod:`diffmb.origami.pattern` and :mod:`diffmb.origami.generators`; the paper's
 numbers (panel and hub inertias, Tables 1 and 5) and its grids (:func:`fold_4panel`,
 :func:`fold_2x4`, :func:`fold_3x3`) are here.
 
@@ -41,11 +41,11 @@ import os
 import jax.numpy as jnp
 import numpy as np
 
+from ..formats.fold import load_fold
 from ..origami import build, map_fold
-from ..origami.fold import load_fold
+from ..origami.generators import miura, scheel
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
-from ..origami.patterns import miura, scheel
 from .files import existing
 from .scenario import REGISTRY, Scenario, register, set_anywhere
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import ModelBuilder
 from ..system import TreeSystem
+from ..tree.model import ModelBuilder
 from .scenario import Scenario, conserves, register
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import coordinate_params
+from . import coordinate_params
 
 #: Parameter names of quantities that cannot be negative (stiffness, damping, masses,
 #: densities, lengths, stabilization gains): ``--set K=-1`` is refused, not simulated.
@@ -46,7 +46,7 @@ class Scenario:
     choices: dict = field(default_factory=dict)
     #: ``conserved(values) -> names``: the diagnostics (``energy``, ``angular_momentum``)
     #: that the physics conserves with these values; a run's jumps in them are flagged
-    #: (:mod:`diffmb.health`). Default: none (damped, driven or controlled cases).
+    #: (:mod:`diffmb.simulation.health`). Default: none (damped, driven or controlled cases).
     conserved: Callable = field(default=lambda values: ())
     #: the parameters that are Baumgarte gains (``params["baumgarte"]``): tuning one of
     #: them runs with stabilization ``baumgarte`` unless another is asked for
@@ -61,7 +61,7 @@ class Scenario:
 
     def resolve(self, overrides: dict | None = None) -> dict:
         """Defaults updated by ``overrides``, plus the per-coordinate parameters
-        (:mod:`diffmb.coordinate_params`: ``K.theta_j``, ...) these set; unknown names,
+        (:mod:`diffmb.scenarios.coordinate_params`: ``K.theta_j``, ...) these set; unknown names,
         values that are not finite numbers (or one of the parameter's ``choices``) and
         negative values of a non-negative quantity raise ValueError. Which coordinates
         exist is checked by :meth:`make`, once the System is built."""
@@ -111,7 +111,7 @@ class Scenario:
     def construct(self, values: dict, stabilization: str):
         """``(system, params)`` from resolved ``values``: ``build`` with the scenario's own
         numbers, then the per-coordinate entries set in the params
-        (:func:`diffmb.coordinate_params.apply`: ``K.theta_j`` overrides ``K`` for that
+        (:func:`diffmb.scenarios.coordinate_params.apply`: ``K.theta_j`` overrides ``K`` for that
         hinge). ValueError naming the coordinates for one that addresses none."""
         own = {k: v for k, v in values.items() if k in self.defaults}
         system, params = self.build(own, stabilization)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..formulations import tensegrity as tg
-from ..integrate import simulate
+from ..simulation.integrate import simulate
 from ..system import System
 from .scenario import REGISTRY, Scenario, conserves, register
 

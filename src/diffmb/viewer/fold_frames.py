@@ -1,6 +1,6 @@
 """An origami run as a multi-frame FOLD file (FOLD 1.1 ``file_frames``).
 
-Frame 0 is the crease pattern as :func:`diffmb.origami.fold.to_fold` writes it (flat, 2-D,
+Frame 0 is the crease pattern as :func:`diffmb.formats.fold.to_fold` writes it (flat, 2-D,
 with the initial fold angles); each further frame inherits it (``frame_inherit``,
 ``frame_parent: 0``) and gives the folded state at one time: ``vertices_coords`` in 3-D
 (a vertex shared by several panels at the mean of where they carry it, which is one
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..origami.fold import to_fold
+from ..formats.fold import to_fold
 from .frames import body_poses, hinge_series, rotate, world_points
 from .origami import panel_origins, pattern_of
 from .scene import FPS, MAX_FRAMES, frame_indices
@@ -39,7 +39,7 @@ def dihedral(pose_a, pose_b, p1, p2, centroid_a) -> np.ndarray:
 
 
 def _rounded_xy(p) -> tuple:
-    """A flat point as :func:`~diffmb.origami.fold.to_fold` keys its vertices."""
+    """A flat point as :func:`~diffmb.formats.fold.to_fold` keys its vertices."""
     return tuple(round(float(x), 12) + 0.0 for x in np.asarray(p, float)[:2])
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..formats.fold import load_fold
 from ..origami import build
-from ..origami.fold import load_fold
 from ..origami.hinges import stop_energy, tape_spring_energy
 from ..scenarios import origami as origami_scenarios
 from .frames import body_poses, hinge_series, world_points

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import scenarios
-from ..trajectory import Trajectory
+from ..simulation.trajectory import Trajectory
 
 
 @dataclass

@@ -10,8 +10,9 @@ import json
 import math
 from pathlib import Path
 
-from .. import coordinate_params, scenarios
-from ..integrate import SOLVERS
+from .. import scenarios
+from ..scenarios import coordinate_params
+from ..simulation.integrate import SOLVERS
 
 STABILIZATIONS = ("none", "baumgarte", "projection")
 

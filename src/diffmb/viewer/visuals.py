@@ -21,8 +21,8 @@ import xml.etree.ElementTree as ET
 import jax.numpy as jnp
 import numpy as np
 
-from .. import spatial as sp
 from ..formats.mjcf_import import quat_dcm
+from ..math import spatial as sp
 from . import mesh_files
 from .saved import model_args
 from .scene import dcm_to_quat, packed

@@ -108,8 +108,8 @@ plate finite-element models), :mod:`.body` (the body description), :mod:`.speeds
 and the per-body inertia terms), :mod:`.system` (the tree: layout, kinematics, energy),
 :mod:`.forces` (generalized active forces and the per-body speed maps), :mod:`.solve`
 (the recursive and dense solutions), :mod:`.builder` (validation and the initial state).
-Matrix-vector products go through :func:`diffmb.spatial.mv` / :func:`~diffmb.spatial.mtv`
-rather than ``@``: up to :data:`diffmb.spatial.REDUCED_MAX` entries they fuse with their
+Matrix-vector products go through :func:`diffmb.math.spatial.mv` / :func:`~diffmb.math.spatial.mtv`
+rather than ``@``: up to :data:`diffmb.math.spatial.REDUCED_MAX` entries they fuse with their
 neighbours instead of each being a dot kernel (the four-body chain's vector field 70 ->
 52 us); matrix-matrix products stay ``@``.
 """

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ... import joints as jt
+from ...tree import joints as jt
 from .modal import ModalData
 
-#: the joint kinds a flexible tree takes, with their DOF (the tree's vocabulary, :mod:`diffmb.joints`)
+#: the joint kinds a flexible tree takes, with their DOF (the tree's vocabulary, :mod:`diffmb.tree.joints`)
 JOINT_DOF = {k: jt.NV[k] for k in ("free", "revolute", "universal", "spherical")}
 SPEEDS = ("efficient", "customary")
 METHODS = ("recursive", "dense")
@@ -21,7 +21,7 @@ class FlexBody:
     ``hinge``: node (index or name) of the parent's modal data where the joint sits
     (ignored for a root). ``rot``: DCM ``[J hinge]`` of the joint frame; ``pos``: the joint
     frame origin in world coordinates for a root. ``axis``/``axis2`` as
-    :mod:`diffmb.joints`. ``prescribed``: ``{dof: fn(t, p) -> angle}`` with ``p`` the
+    :mod:`diffmb.tree.joints`. ``prescribed``: ``{dof: fn(t, p) -> angle}`` with ``p`` the
     params entry ``params["prescribed"][name]``. ``q0``/``u0``: initial joint coordinates
     (customary rates for ``u0``: ``theta_dot``, MRP rates, ``r_dot``), ``eta0``/``eta_dot0``
     initial modal coordinates/rates.

@@ -8,9 +8,9 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ... import spatial as sp
+from ...math import spatial as sp
 from ...system import clock_entry
-from ...tree_checks import check_tree_body, is_rotation
+from ...tree.checks import check_tree_body, is_rotation
 from .body import JOINT_DOF, METHODS, SPEEDS
 from .modal import ModalData
 from .system import FlexibleSystem

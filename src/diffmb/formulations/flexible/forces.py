@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ... import spatial as sp
+from ...math import spatial as sp
 
 
 def active_forces(system, xc, t, u, ws, rates, params):

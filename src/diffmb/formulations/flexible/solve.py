@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import spatial as sp
+from ...math import spatial as sp
 
 
 def articulated(system, beta, own, fu, maps, params):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ... import spatial as sp
+from ...math import spatial as sp
 
 
 def lam(G, w, q):

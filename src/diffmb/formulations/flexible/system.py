@@ -13,8 +13,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ... import joints as jt, spatial as sp
+from ...math import spatial as sp
 from ...system import CLOCK_NAMES, System, clock_entry
+from ...tree import joints as jt
 from .body import JOINT_DOF
 from .forces import active_forces, local_maps, velocity_products
 from .solve import articulated, dense

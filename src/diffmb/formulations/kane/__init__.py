@@ -2,7 +2,7 @@
 Hodges & Chen, JGCD 2003), and the Lagrange-multiplier DAE form of the same system.
 
 A closed-chain mechanism is cut open at one or more joints (the *cut joints*); what is left
-is a forest of rigid-body trees (one or more :class:`~diffmb.model.Model`, each with at
+is a forest of rigid-body trees (one or more :class:`~diffmb.tree.model.Model`, each with at
 most one free root), whose coordinates ``q`` and generalized speeds ``u`` (``u = qd`` of
 the open trees, optionally through a constant invertible map, see below) are the
 unconstrained system's. At each cut joint the two *nodes* (a frame on body A, a frame on
@@ -49,7 +49,7 @@ accelerations; nothing is differentiated through the kinematics.
 
 Drift control (both forms): ``stabilization="projection"`` applies, after every step, a
 mass-weighted Gauss-Newton projection of ``q`` onto ``Phi = 0`` and then of ``u`` onto
-``C u = 0`` (the same correction as :func:`diffmb.constraints.project_state`, written here
+``C u = 0`` (the same correction as :func:`diffmb.closures.dynamics.project_state`, written here
 for forests and coordinate maps). The position and velocity violations are reported in
 ``violation``; ``diagnostics`` holds the energy, the multipliers ``reaction`` (one per
 kept row, the wrench body B exerts on body A at node A, in node A's axes — Newton's third

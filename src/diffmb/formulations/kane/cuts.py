@@ -11,9 +11,9 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from ...closures import ROW_NAMES, Closure, closure_rows
-from ...layout import layout
-from ...model import Model
+from ...closures.nodes import ROW_NAMES, Closure, closure_rows
+from ...tree.layout import layout
+from ...tree.model import Model
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def make_cuts(models, pairs) -> CutJoints:
     """:class:`CutJoints` from pair descriptions (dicts), bodies named across the forest.
 
     Keys: ``name``, ``body_a``, ``body_b`` (body names), ``kind`` (``weld`` | ``point`` |
-    ``hinge``, see :func:`diffmb.constraints.closure_rows`), ``axis`` (a hinge's free
+    ``hinge``, see :func:`diffmb.closures.nodes.closure_rows`), ``axis`` (a hinge's free
     axis of node A), ``pos_a``/``pos_b`` and optional ``rot_a``/``rot_b`` (DCM [node, body]).
     """
     models = _as_models(models)

@@ -14,11 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from ... import closures as cl, crba, joints as jt, rnea, spatial as sp, tree
-from ...body_frames import BodyFrames, from_kinematics
-from ...closures import ROW_NAMES, LoopClosures, independent_rows
-from ...kinematics import Kinematics, kinematics
+from ...closures import nodes as cl
+from ...closures.nodes import ROW_NAMES, LoopClosures, independent_rows
+from ...math import spatial as sp
 from ...system import CLOCK_NAMES, System, check_stabilization, clock_entry
+from ...tree import api, crba, joints as jt, rnea
+from ...tree.body_frames import BodyFrames, from_kinematics
+from ...tree.kinematics import Kinematics, kinematics
 from .cuts import CutJoints, _as_models, _forest_loops
 
 
@@ -280,7 +282,7 @@ class CutJointSystem(System):
         """``q_dot`` from ``u`` (identity except MRP joints, Fulton & Schaub eqs. 3-4)."""
         models = params["models"]
         qt, ut = self._to_tree(q), self._to_tree(u)
-        r = jnp.concatenate([tree.coordinate_rates(m, a, b) for m, a, b in
+        r = jnp.concatenate([api.coordinate_rates(m, a, b) for m, a, b in
                              zip(models, self._blocks(qt, models), self._blocks(ut, models))])
         P = self._P(q.dtype)
         return r if P is None else jnp.linalg.solve(P, r)
@@ -306,7 +308,7 @@ class CutJointSystem(System):
 
     @sp.jit_per_form
     def body_frames(self, x, params) -> BodyFrames:
-        """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`), forest order."""
+        """Every body's pose and rates at state ``x`` (:mod:`diffmb.tree.body_frames`), forest order."""
         q, u, _ = self.unpack(x)
         return from_kinematics(self.workspace(q, u, params))
 
@@ -336,16 +338,16 @@ class CutJointSystem(System):
         return self._mass(self.workspace(q, None, params), models)
 
     def _mass(self, ws, models):
-        blocks = [crba.mass_matrix(m, w) for m, w in zip(models, self._tree_ws(ws, models))]
+        blocks = [crba.mass_matrix_ws(m, w) for m, w in zip(models, self._tree_ws(ws, models))]
         M = jax.scipy.linalg.block_diag(*blocks) if len(blocks) > 1 else blocks[0]
         return self._map(M=M)
 
     def _tree_forces(self, q, u, params, ws=None):
         models = params["models"]
         ws = self.workspace(q, u, params) if ws is None else ws
-        nl = jnp.concatenate([rnea.bias_forces(m, w) for m, w in zip(models, self._tree_ws(ws, models))])
+        nl = jnp.concatenate([rnea.bias_forces_ws(m, w) for m, w in zip(models, self._tree_ws(ws, models))])
         qt, ut = self._to_tree(q), self._to_tree(u)
-        fj = jnp.concatenate([tree.joint_forces(m, a, b) for m, a, b in
+        fj = jnp.concatenate([api.joint_forces(m, a, b) for m, a, b in
                               zip(models, self._blocks(qt, models), self._blocks(ut, models))])
         return self._map(v=nl), self._map(v=fj)
 
@@ -365,7 +367,7 @@ class CutJointSystem(System):
 
     def _residual_all(self, q, params):
         """(P, 6) residual ``(rx, ry, rz, tx, ty, tz)`` in node A's axes
-        (:func:`diffmb.closures.residual` on the forest)."""
+        (:func:`diffmb.closures.nodes.residual` on the forest)."""
         return cl.residual(self.workspace(q, None, params), self._loops(params))
 
     def closure(self, q, params):
@@ -380,7 +382,7 @@ class CutJointSystem(System):
 
     def constraint_jacobian(self, q, params):
         """``C(q)`` (eq. 12): the closure rows of the two nodes' Jacobians along their tree
-        paths (:func:`diffmb.closures.jacobian_blocks`), mapped by ``P``."""
+        paths (:func:`diffmb.closures.nodes.jacobian_blocks`), mapped by ``P``."""
         return self._jacobian(self.workspace(q, None, params), params)
 
     def terms(self, t, q, u, params):
@@ -480,7 +482,7 @@ class CutJointSystem(System):
         models = params["models"]
         ws = self.workspace(q, u, params)
         qt = self._blocks(self._to_tree(q), models)
-        return sum(tree.kinetic_energy_ws(w) + tree.potential_energy_ws(m, w, a)
+        return sum(api.kinetic_energy_ws(w) + api.potential_energy_ws(m, w, a)
                    for m, w, a in zip(models, self._tree_ws(ws, models), qt))
 
     @sp.jit_per_form
@@ -493,7 +495,7 @@ class CutJointSystem(System):
         out.update(info)
         if any(m.floating_base for m in models):
             ws = self.workspace(q, u, params)
-            h = tree.spatial_momentum_ws(ws)
+            h = api.spatial_momentum_ws(ws)
             out["angular_momentum"] = h[:3]  # about the world origin
             out["linear_momentum"] = h[3:]
             # the bodies' angular momenta by magnitude: the natural scale of their sum

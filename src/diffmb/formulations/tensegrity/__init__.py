@@ -41,11 +41,11 @@ numbering (``x3`` is the x coordinate of the paper's node 3).
 """
 
 from .closed_forms import (
-                           closed_form_constraints,
-                           closed_form_gravity,
-                           closed_form_mass,
-                           closed_form_stiffness,
-                           closed_form_string_force,
+    closed_form_constraints,
+    closed_form_gravity,
+    closed_form_mass,
+    closed_form_stiffness,
+    closed_form_string_force,
 )
 from .forces import NodeForce
 from .structure import Structure, make_structure, prestress_to_equilibrium

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import spatial as sp
+from ...math import spatial as sp
 from ...system import System, check_stabilization
 from .structure import _AXES, Structure
 

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...model import check_inertia
 from ...system import check_stabilization
+from ...tree.model import check_inertia
 from . import potentials as pot
 from .joint_rows import JOINT_KINDS
 from .quaternion import dcm_NB, quat_rate

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import spatial as sp
+from ...math import spatial as sp
 from .quaternion import T_matrix, dcm_NB
 
 JOINT_KINDS = ("spherical", "revolute", "fixed", "prismatic")

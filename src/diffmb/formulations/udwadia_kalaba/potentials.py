@@ -20,7 +20,7 @@ Arguments of the callbacks (all bodies, fixed ones included, in the system's bod
   (applied forces/torques about the centres of mass, eqs. 5-6).
 
 Sensors (section IV) are body-fixed points with a proximity radius; :class:`Sensor` pairs
-become real-valued event functions for :func:`diffmb.integrate.simulate` (the run stops
+become real-valued event functions for :func:`diffmb.simulation.integrate.simulate` (the run stops
 where the function crosses zero), see
 :meth:`diffmb.formulations.udwadia_kalaba.UKSystem.sensor_event`.
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from ... import spatial as sp
+from ...math import spatial as sp
 
 MU0 = 4e-7 * math.pi
 

@@ -43,8 +43,8 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
-from ... import spatial as sp
-from ...integrate import simulate
+from ...math import spatial as sp
+from ...simulation.integrate import simulate
 from . import UKSystem, dcm_NB, omega_body
 
 

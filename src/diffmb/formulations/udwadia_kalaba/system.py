@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import spatial as sp
-from ...body_frames import BodyFrames, from_quaternions
+from ...math import spatial as sp
 from ...system import System
+from ...tree.body_frames import BodyFrames, from_quaternions
 from .joint_rows import JOINT_ROWS, local_rows
 from .quaternion import T_matrix, dcm_NB, effective_force, effective_mass, omega_body
 
@@ -99,7 +99,7 @@ class UKSystem(System):
 
     @sp.jit_per_form
     def body_frames(self, x, params) -> BodyFrames:
-        """Every body's pose and rates at state ``x`` (:mod:`diffmb.body_frames`)."""
+        """Every body's pose and rates at state ``x`` (:mod:`diffmb.tree.body_frames`)."""
         X, V = self.body_states(x)
         return from_quaternions(self.all_poses(X, params), self.all_rates(V), omega_body)
 
@@ -398,7 +398,7 @@ class UKSystem(System):
         return pts, nrm
 
     def sensor_event(self, pairs, *, align_tol=None, armed_key="armed"):
-        """An event ``g(t, x, params)`` for :func:`~diffmb.integrate.simulate` that crosses zero
+        """An event ``g(t, x, params)`` for :func:`~diffmb.simulation.integrate.simulate` that crosses zero
         when any armed sensor pair meets (section IV, step 4.2.2).
 
         ``pairs``: tuple of ``(sensor_a, sensor_b)`` names. A pair *meets* when the sensor

@@ -15,7 +15,7 @@ finished segment instead of from t = 0.
 Segments
 --------
 The horizon ``[0, t1]`` is split into ``N`` segments. Every segment is one compiled
-:func:`~diffmb.integrate.simulate` call with the same save-point count and the same
+:func:`~diffmb.simulation.integrate.simulate` call with the same save-point count and the same
 ``max_steps``; ``t0``, ``t1``, the save times and ``x0`` are passed as numbers, so only the
 first segment compiles.
 
@@ -77,8 +77,8 @@ from .integrate import FIXED_SOLVERS, compile_simulation, fixed_step_bound
 from .trajectory import Trajectory, concatenate
 
 if TYPE_CHECKING:
+    from ..system import System
     from .integrate import PyTree
-    from .system import System
 
 #: Default segmenting of fixed-step runs (module docstring).
 STEPS_PER_SEGMENT = 1000
@@ -383,7 +383,7 @@ class SegmentedRun:
     """What a run did: ``traj`` (the whole run so far, resumed part included),
     ``segments_done``, each segment's wall ``times`` in this process, ``compile_s`` (the
     ahead-of-time compile), ``compile_cached`` (how many of its programs were read back
-    from the persistent compilation cache, :mod:`diffmb.compile_cache`), ``wall_s`` (the
+    from the persistent compilation cache, :mod:`diffmb.simulation.compile_cache`), ``wall_s`` (the
     compiled segments: the simulation alone),
     ``interrupted`` (a stop request or a KeyboardInterrupt ended it after a segment),
     ``plan`` and ``path`` (the file written: the run's npz, or its partial file when

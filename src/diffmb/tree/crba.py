@@ -1,9 +1,9 @@
 """Composite-rigid-body algorithm: the joint-space mass matrix from the workspace.
 
 Featherstone, *RBDA* table 6.2 (Fulton & Schaub's ``[M]`` of eq. 8), in world-origin
-coordinates (:mod:`diffmb.kinematics`): the composite inertia of the subtree below body
+coordinates (:mod:`diffmb.tree.kinematics`): the composite inertia of the subtree below body
 ``i`` is the plain sum of its bodies' inertias, ``Ic_i = sum_{k in subtree(i)} I_k``
-(one :func:`~diffmb.treescan.subtree_sum`, no transforms), and
+(one :func:`~diffmb.tree.scan.subtree_sum`, no transforms), and
 
     M_ij = s_i^T Ic_{b(j)} s_j    when the body of ``i`` supports the body of ``j``,
 
@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import spatial as sp, treescan
+from ..math import spatial as sp
+from . import scan
 from .kinematics import kinematics
 from .layout import layout
 
 
 def composite_inertias(model, ws):
     """``Ic (N, 6, 6)``: each body's subtree inertia, world-origin coordinates."""
-    return treescan.subtree_sum(layout(model), ws.inertia)
+    return scan.subtree_sum(layout(model), ws.inertia)
 
 
-def mass_matrix(model, ws):
+def mass_matrix_ws(model, ws):
     """``M (nv, nv)`` in the public velocity order, the joints' armature on its diagonal."""
     lay = layout(model)
     Ic = composite_inertias(model, ws)
@@ -40,4 +41,4 @@ def mass_matrix(model, ws):
 def mass_matrix_at(model, q):
     """``M(q)``: the workspace at ``q`` and the CRBA, one jit per model structure (a build
     check or a loop of eager calls compiles it once, not op by op)."""
-    return mass_matrix(model, kinematics(model, q))
+    return mass_matrix_ws(model, kinematics(model, q))

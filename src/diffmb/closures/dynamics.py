@@ -1,10 +1,10 @@
 """Closed-chain dynamics on a tree: constrained accelerations, Baumgarte, projection.
 
 The tree-augmented approach of Fulton & Schaub (section 4.1): the tree's dynamics
-(:mod:`diffmb.crba`, :mod:`diffmb.rnea`) plus loop-closure constraints
+(:mod:`diffmb.tree.crba`, :mod:`diffmb.tree.rnea`) plus loop-closure constraints
 (:mod:`diffmb.closures`), all read from one kinematics workspace per evaluation
-(:mod:`diffmb.kinematics`), solved exactly in the joint space
-(:mod:`diffmb.constraint_solve`).
+(:mod:`diffmb.tree.kinematics`), solved exactly in the joint space
+(:mod:`diffmb.closures.constraint_solve`).
 
 * :func:`constrained_dynamics`: ``qdd`` and the multipliers ``lambda`` (eqs. 22-25,
   42-43) with optional Baumgarte stabilization ``w_dot + 2 a w + b^2 phi = 0`` (eq. 41).
@@ -16,9 +16,9 @@ The tree-augmented approach of Fulton & Schaub (section 4.1): the tree's dynamic
 Redundant closures (rigid-origami loops over-constrain the tree) are the norm, and
 *which* rows are redundant changes along a deployment: a map fold's folded-flat state is
 where a branch that unfolds the columns meets one that unfolds the rows. The solve needs
-no rank decision (see :mod:`diffmb.constraint_solve`); the rank is *reported*, once at
-build time (:func:`diffmb.closures.analyse`) and along the run (the ``closure_rank``
-diagnostic, :func:`diffmb.constraint_solve.numerical_rank`).
+no rank decision (see :mod:`diffmb.closures.constraint_solve`); the rank is *reported*, once at
+build time (:func:`diffmb.closures.nodes.analyse`) and along the run (the ``closure_rank``
+diagnostic, :func:`diffmb.closures.constraint_solve.numerical_rank`).
 """
 
 from __future__ import annotations
@@ -27,25 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import closures as cl, constraint_solve as solve, crba, rnea, small_cholesky, spatial as sp, tree
-from .closures import (  # noqa: F401  (the closure vocabulary, re-exported)
-    KINDS,
-    ROW_NAMES,
-    Closure,
-    LoopClosures,
-    RankReport,
-    analyse,
-    closure_rows,
-    independent_rows,
-    jacobian,
-    make_closures,
-    position_residual,
-    relative_velocity,
-    row_index,
-    row_labels,
-)
-from .kinematics import kinematics, world_velocities
-from .layout import layout
+from ..math import small_cholesky, spatial as sp
+from ..tree import api, crba, rnea
+from ..tree.kinematics import kinematics, world_velocities
+from ..tree.layout import layout
+from . import constraint_solve as solve, nodes as cl
 
 
 def blocks(ws, nodes, nv) -> solve.Blocks:
@@ -55,7 +41,7 @@ def blocks(ws, nodes, nv) -> solve.Blocks:
 
 def plan(model, nodes):
     """The block order in which ``M + rho G^T G`` is factored, ``None`` for dense
-    (:func:`diffmb.constraint_solve.plan_for`)."""
+    (:func:`diffmb.closures.constraint_solve.plan_for`)."""
     return solve.plan_for(layout(model), nodes.paths)
 
 
@@ -86,8 +72,8 @@ def constrained_dynamics(model, ws, tau, nodes, gains=None, f_ext=None):
     ``gains``: ``None`` (no stabilization) or ``(a, b)`` for Baumgarte's
     ``w_dot + 2 a w + b^2 phi = 0`` (eq. 41), scalars or one value per constrained row.
     """
-    M = crba.mass_matrix(model, ws)
-    f = tau - rnea.bias_forces(model, ws, f_ext)
+    M = crba.mass_matrix_ws(model, ws)
+    f = tau - rnea.bias_forces_ws(model, ws, f_ext)
     F = solve.factor(M, blocks(ws, nodes, model.nv), plan=plan(model, nodes))
     return F.solve(f, acceleration_target(ws, nodes, gains))
 
@@ -113,7 +99,7 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
     ``keep_momentum`` (a free-flying system) puts it back (:func:`_restore_momentum`),
     the target taken at the first iterate's poses.
 
-    In the written-out form of CPU batch programs (:func:`diffmb.spatial.written_out`)
+    In the written-out form of CPU batch programs (:func:`diffmb.math.spatial.written_out`)
     the iterations stop after the first whose residual was already at round-off
     (:func:`_at_round_off`): its correction is then at round-off too, so the velocity
     projected with its factor is exact to round-off. A while loop, which ends once every
@@ -130,7 +116,7 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
 
     def linearise(q):
         ws = kinematics(model, q)
-        M = crba.mass_matrix(model, ws)
+        M = crba.mass_matrix_ws(model, ws)
         return ws, M, solve.factor(M, blocks(ws, nodes, nv), plan=plan(model, nodes))
 
     def gn(carry, stop: bool):
@@ -141,7 +127,7 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
         phi = cl.residual(ws, nodes) * mask
         dnu, _ = F.solve(zero, -phi)
         done = _at_round_off(phi, ws) if stop else jnp.asarray(False)
-        return i + 1, done, q + tree.coordinate_rates(model, q, dnu), M, F, h0
+        return i + 1, done, q + api.coordinate_rates(model, q, dnu), M, F, h0
 
     h0 = jnp.zeros(6, q.dtype)
     if iterations < 1:
@@ -181,7 +167,7 @@ def _at_round_off(phi, ws):
 def _momentum(model, ws, qd):
     """Total spatial momentum (world axes, about the world origin) at a workspace
     without speeds."""
-    return tree.spatial_momentum_ws(ws, world_velocities(model, ws, qd))
+    return api.spatial_momentum_ws(ws, world_velocities(model, ws, qd))
 
 
 def _restore_momentum(model, q, qd, target):

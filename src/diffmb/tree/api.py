@@ -2,11 +2,11 @@
 
 The public entry points of the recursive algorithms of Featherstone (*Rigid Body
 Dynamics Algorithms*, 2008, tables 5.1, 6.2, 7.1). Each evaluates the kinematics
-workspace once (:func:`diffmb.kinematics.kinematics`) and hands it to the algorithm:
-:mod:`diffmb.aba`, :mod:`diffmb.rnea`, :mod:`diffmb.crba`. None loops over bodies in
-Python, so the compile time does not grow with the tree (:mod:`diffmb.treescan`).
+workspace once (:func:`diffmb.tree.kinematics.kinematics`) and hands it to the algorithm:
+:mod:`diffmb.tree.aba`, :mod:`diffmb.tree.rnea`, :mod:`diffmb.tree.crba`. None loops over bodies in
+Python, so the compile time does not grow with the tree (:mod:`diffmb.tree.scan`).
 
-Public conventions (see :mod:`diffmb.model`): ``q``, ``qd``, ``qdd`` and ``tau`` in the
+Public conventions (see :mod:`diffmb.tree.model`): ``q``, ``qd``, ``qdd`` and ``tau`` in the
 public joint order; a free root has ``q = [sigma; p]`` and ``qd = [omega; v]`` in body
 coordinates, ``tau = [torque; force]`` in body coordinates. ``f_ext`` (N, 6) is the
 external spatial force on each body, in body coordinates about the body origin.
@@ -23,7 +23,8 @@ import jax.numpy as jnp
 from jax import Array
 from jax.typing import ArrayLike
 
-from . import aba, crba, joints as jt, rnea, spatial as sp
+from ..math import spatial as sp
+from . import aba, crba, joints as jt, rnea
 from .kinematics import body_velocities, kinematics
 from .layout import layout
 from .model import Model
@@ -145,20 +146,20 @@ def mass_matrix(model: Model, q: ArrayLike) -> Array:
 def _forward_dynamics(model, q, qd, tau, f_ext, backend):
     ws = kinematics(model, q, qd)
     if backend == "aba":
-        return aba.forward_dynamics(model, ws, tau, f_ext)
-    M = crba.mass_matrix(model, ws)
-    rhs = tau - rnea.bias_forces(model, ws, f_ext)
+        return aba.forward_dynamics_ws(model, ws, tau, f_ext)
+    M = crba.mass_matrix_ws(model, ws)
+    rhs = tau - rnea.bias_forces_ws(model, ws, f_ext)
     return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(M), True), rhs)
 
 
 @sp.jit_per_form
 def _inverse_dynamics(model, q, qd, qdd, f_ext):
-    return rnea.inverse_dynamics(model, kinematics(model, q, qd), qdd, f_ext)
+    return rnea.inverse_dynamics_ws(model, kinematics(model, q, qd), qdd, f_ext)
 
 
 @sp.jit_per_form
 def _bias_forces(model, q, qd, f_ext):
-    return rnea.bias_forces(model, kinematics(model, q, qd), f_ext)
+    return rnea.bias_forces_ws(model, kinematics(model, q, qd), f_ext)
 
 
 # --------------------------------------------------------------- energy, momentum

@@ -5,7 +5,7 @@ need from the tree's geometry (Pinocchio's ``Data``, MJX's ``Data``): body poses
 motion-subspace (Jacobian) column of every generalized velocity, body velocities,
 velocity-product accelerations and the bodies' spatial inertias. The CRBA, the RNEA, the
 ABA, loop-closure residuals, Jacobians and their velocity-product terms, energy and
-momentum (:mod:`diffmb.crba`, :mod:`diffmb.rnea`, :mod:`diffmb.aba`,
+momentum (:mod:`diffmb.tree.crba`, :mod:`diffmb.tree.rnea`, :mod:`diffmb.tree.aba`,
 :mod:`diffmb.closures`, :mod:`diffmb.tree`) all take a :class:`Kinematics` instead of
 recomputing forward kinematics.
 
@@ -17,8 +17,8 @@ coordinates no quantity has to be carried from parent to child: a body's velocit
 sum of the joint velocities on its path to the root,
 ``v_i = sum_{j in path(i)} s_j qd_j``, and its velocity-product (bias) acceleration
 ``a_i = sum_{j in path(i)} v_j x (s_j qd_j) + X c_J`` (Fulton & Schaub eqs. 5-7 with the
-hinge map ``H = S^T``, eq. 9), so both are one :func:`~diffmb.treescan.ancestors_sum`.
-Only the poses need a recursion (:func:`~diffmb.treescan.compose_poses`).
+hinge map ``H = S^T``, eq. 9), so both are one :func:`~diffmb.tree.scan.ancestors_sum`.
+Only the poses need a recursion (:func:`~diffmb.tree.scan.compose_poses`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import joints as jt, spatial as sp, treescan
+from ..math import spatial as sp
+from . import joints as jt, scan
 from .layout import layout
 
 
@@ -59,7 +60,7 @@ def joint_placements(model, q):
     """Per body ``(E, r)`` parent -> body (the joint placement then the joint motion),
     and per generalized velocity the subspace column in child coordinates ``(nv, 6)``.
 
-    Kind-specific joint models (:mod:`diffmb.joints`) run once per joint kind, vmapped
+    Kind-specific joint models (:mod:`diffmb.tree.joints`) run once per joint kind, vmapped
     over that kind's bodies.
     """
     lay = layout(model)
@@ -95,7 +96,7 @@ def kinematics(model, q, qd=None) -> Kinematics:
     """The :class:`Kinematics` workspace of ``(q, qd)`` (``q``, ``qd`` public order)."""
     lay = layout(model)
     E_loc, r_loc, S_child = joint_placements(model, q)
-    E, r = treescan.compose_poses(lay, E_loc, r_loc)
+    E, r = scan.compose_poses(lay, E_loc, r_loc)
     b = lay.dof_body
     S = sp.xform_motion_inv(E[b], r[b], S_child)
     if sp.writes_out(3, E.shape):
@@ -116,14 +117,14 @@ def kinematics(model, q, qd=None) -> Kinematics:
     kappa = sp.cross_motion(vel, vJ)
     if any(kind == "universal" for kind, _, _ in lay.groups):
         kappa = kappa + sp.xform_motion_inv(E, r, _joint_bias(model, lay, q, qd))
-    acc = treescan.ancestors_sum(lay, kappa)
+    acc = scan.ancestors_sum(lay, kappa)
     return Kinematics(E, r, inertia, S, vel, acc, kappa, q, qd)
 
 
 def _velocities(lay, S, qd):
     """Joint velocities ``S qd`` per body and the bodies' spatial velocities (world)."""
-    vJ = treescan.dof_to_body(lay, S * qd[:, None])
-    return vJ, treescan.ancestors_sum(lay, vJ)
+    vJ = scan.dof_to_body(lay, S * qd[:, None])
+    return vJ, scan.ancestors_sum(lay, vJ)
 
 
 def world_velocities(model, ws: Kinematics, qd):

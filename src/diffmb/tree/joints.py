@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import spatial as sp
+from ..math import spatial as sp
 
 NV = {"revolute": 1, "prismatic": 1, "universal": 2, "spherical": 3, "free": 6}
 KINDS = tuple(NV) + ("fixed",)

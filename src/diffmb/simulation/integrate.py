@@ -8,7 +8,7 @@
 * Termination events: user functions of ``(t, x, params)`` (a real value crossing zero,
   located by a Newton root find, or a boolean), plus a divergence guard (non-finite state,
   or a constraint violation above ``max_violation``). A diverged run keeps everything saved
-  before the failure; :class:`~diffmb.trajectory.Trajectory` reports the status and time.
+  before the failure; :class:`~diffmb.simulation.trajectory.Trajectory` reports the status and time.
 * Differentiable end to end: ``jax.grad`` of any scalar of the trajectory w.r.t.
   ``params`` or ``x0`` (recursive checkpointing keeps memory bounded on long horizons),
   and ``jax.vmap`` over ``x0`` and ``params``.
@@ -38,8 +38,9 @@ import optimistix as optx
 from diffrax import AbstractERK, AbstractRungeKutta, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 from jax.typing import ArrayLike
 
-from . import _diffrax_ulps, spatial
-from .system import System
+from ..math import spatial
+from ..system import System
+from . import _diffrax_ulps
 from .trajectory import STATUS_CODES, Trajectory
 
 #: A pytree of arrays (a System's params).
@@ -464,7 +465,7 @@ def compile_simulation(system: System, **kwargs):
     Returns ``(run, seconds)``: ``run(**changes)`` performs the simulation with the
     arguments given here, updated by ``changes`` (new numbers such as ``t0``, ``t1``,
     ``x0``, ``dt``, ``params`` of the same structure), and returns the
-    :class:`~diffmb.trajectory.Trajectory`; ``seconds`` is the compile time, measured on
+    :class:`~diffmb.simulation.trajectory.Trajectory`; ``seconds`` is the compile time, measured on
     its own instead of as a first call minus a second one. A change that alters the
     compiled structure (another solver, save-point count or step count) raises ValueError.
 
@@ -527,7 +528,7 @@ class _Run(eqx.Module):
     adjoint: str = eqx.field(static=True)
     events: tuple = eqx.field(static=True)
     project_saves: bool = eqx.field(static=True, default=True)
-    #: the small products' form the program is traced in (:func:`diffmb.spatial.written_out`)
+    #: the small products' form the program is traced in (:func:`diffmb.math.spatial.written_out`)
     form: str = eqx.field(static=True, default="reduce")
 
 
@@ -617,7 +618,7 @@ def _event(run, system, max_violation):
 
 
 def _status(run, sol, mask, reached_t1):
-    """The run's :data:`~diffmb.trajectory.STATUS_CODES` entry from diffrax's result and
+    """The run's :data:`~diffmb.simulation.trajectory.STATUS_CODES` entry from diffrax's result and
     the event mask (``mask[0]``: divergence).
 
     diffrax checks the *next* step size against ``dtmin`` after every accepted step,
@@ -643,7 +644,7 @@ def _status(run, sol, mask, reached_t1):
 
 
 def _trajectory(run, system, params, x0, ts, sol, t1) -> Trajectory:
-    """The :class:`~diffmb.trajectory.Trajectory` of a solve: the save points it reached
+    """The :class:`~diffmb.simulation.trajectory.Trajectory` of a solve: the save points it reached
     (projected where they come from dense output; NaN after the end), its end state,
     step counts and status."""
     # diffrax stores the final (t1 or event) entry right after the last save point
@@ -688,7 +689,7 @@ def _trajectory(run, system, params, x0, ts, sol, t1) -> Trajectory:
 def _diagnose(system, params, ts, xs, x0, form="reduce"):
     """The system's diagnostics and constraint violation at every save point the run
     reached (NaN elsewhere); ``form`` keys the program on the form it is traced in
-    (:func:`diffmb.spatial.written_out`). A program of its own, apart from :func:`_solve`: it depends
+    (:func:`diffmb.math.spatial.written_out`). A program of its own, apart from :func:`_solve`: it depends
     only on the system's structure and the save-point count, so runs that differ in solver,
     horizon, events or adjoint share it, and a run that needs only states (a fit's
     residuals) never compiles it. A run outside any trace calls it in blocks

@@ -1,5 +1,5 @@
-"""Closed chains on a user's model: loop closures by name, a consistent initial state,
-and a JSON loop file.
+"""Closed chains on a user's model: loop closures by name and a consistent initial state
+(the JSON loop file that carries both: :mod:`diffmb.formats.loops`).
 
 A loop is cut at one joint; the cut joint becomes a closure between two nodes, one on
 each side (Fulton & Schaub sec. 2.3; Madonna's cut joints). Users name them as they name
@@ -34,15 +34,13 @@ held at ``offset`` (or ``a0``). Its keys: ``name``, ``kind``, ``joint``, ``of``,
 ``ratio``, ``offset``, ``poly``.
 
 A loop file (JSON) holds ``{"closures": [...], "initial": {"q": {joint: value},
-"fixed": [joint, ...], "rates": {joint: value}}}``: :func:`read_loops`.
+"fixed": [joint, ...], "rates": {joint: value}}}``: :func:`diffmb.formats.loops.read_loops`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -51,11 +49,10 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
-from . import closures as cl
+from ..tree.api import forward_kinematics
+from ..tree.model import Model
+from . import nodes as cl
 from .couplings import coupling
-from .model import Model
-from .system import TreeSystem
-from .tree import forward_kinematics
 
 KINDS = {"revolute": "hinge", "hinge": "hinge", "spherical": "point", "point": "point",
          "ball": "point", "weld": "weld", "fixed": "weld", "prismatic": "slider", "slider": "slider"}
@@ -115,7 +112,7 @@ def _world_pose(poses, body, rot, pos):
 
 
 def close_loops(model: Model, specs: list | dict, q: ArrayLike | None = None) -> cl.LoopClosures:
-    """:class:`~diffmb.closures.LoopClosures` from closure descriptions (module doc).
+    """:class:`~diffmb.closures.nodes.LoopClosures` from closure descriptions (module doc).
 
     ``specs``: a list of dicts, or a loop-file dict with a ``closures`` list. ``q``: the
     configuration where nodes B are placed when ``point_b``/``axis_b`` are not given.
@@ -191,7 +188,7 @@ def _number(spec, key, what, default):
 
 
 def _coupling(model: Model, spec, name, what) -> dict:
-    """A coordinate-coupling pair (:func:`diffmb.closures.coupling`) from a ``joint`` spec."""
+    """A coordinate-coupling pair (:func:`diffmb.closures.nodes.coupling`) from a ``joint`` spec."""
     unknown = sorted(set(spec) - set(COUPLING_KEYS))
     if unknown:
         raise ValueError(f"{what}: unknown key(s) {', '.join(map(repr, unknown))} for a {spec['kind']!r} "
@@ -228,7 +225,9 @@ def _joint_columns(model: Model, names, what):
     return cols
 
 
-def _state(model: Model, guess, what) -> np.ndarray:
+def coordinates(model: Model, guess, what) -> np.ndarray:
+    """Joint coordinates from ``guess``: ``None`` (zeros), a dict by joint name (the rest
+    zero) or a full vector; ``what`` names the input in errors."""
     if guess is None:
         return np.zeros(model.nq)
     if isinstance(guess, dict):
@@ -272,7 +271,7 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
     ``G qd = 0`` (so the velocity closes too). Raises ValueError naming the closures that
     stay open.
     """
-    q = _state(model, q_guess, "assemble: q_guess")
+    q = coordinates(model, q_guess, "assemble: q_guess")
     hold = _joint_columns(model, fixed, "assemble: fixed")
     free = np.array([i for i in range(model.nq) if i not in hold], dtype=int)
     rows = np.asarray(loops.rows)
@@ -302,7 +301,7 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
         raise ValueError(f"assemble: closure(s) {', '.join(map(repr, worst))} stay open (residual "
                          f"{np.abs(r).max():.3g}) after {max_iter} Gauss-Newton steps; start from a "
                          f"guess nearer a closed configuration, or hold fewer joints fixed")
-    qd = _state(model, rates, "assemble: rates")
+    qd = coordinates(model, rates, "assemble: rates")
     held = _joint_columns(model, list((rates or {}).keys()), "assemble: rates")
     if len(rows):
         G = np.asarray(_velocity_jacobian(model, loops, key, jnp.asarray(q)))
@@ -313,40 +312,3 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
             raise ValueError("assemble: the given rates do not fit the closed chain (G qd = "
                              f"{np.abs(G @ qd).max():.3g}); give fewer rates")
     return jnp.asarray(q), jnp.asarray(qd)
-
-
-def read_loops(path) -> dict:
-    """A loop file (JSON, module doc) as a dict with ``closures`` and ``initial``; errors
-    name the file and the key."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"loop file not found: {path} (looked for {path.resolve()})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or "closures" not in data:
-        raise ValueError(f"{path}: expected an object with a 'closures' list (and optional 'initial')")
-    unknown = sorted(set(data) - {"closures", "initial"})
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))}; valid: closures, initial")
-    initial = data.get("initial", {}) or {}
-    bad = sorted(set(initial) - {"q", "fixed", "rates"})
-    if bad:
-        raise ValueError(f"{path}: 'initial' has unknown key(s) {', '.join(map(repr, bad))}; valid: q, fixed, rates")
-    return {"closures": data["closures"], "initial": initial, "path": str(path)}
-
-
-def closed_system(model: Model, loops_file, *, stabilization="projection", baumgarte=(0.0, 0.0)):
-    """A :class:`~diffmb.system.TreeSystem` of ``model`` closed by a loop file, assembled."""
-    spec = read_loops(loops_file)
-    init = spec["initial"]
-    guess = _state(model, init.get("q"), f"{spec['path']}: initial.q")
-    try:
-        loops = close_loops(model, spec["closures"], q=guess)
-        q0, qd0 = assemble(model, loops, guess, fixed=init.get("fixed", ()), rates=init.get("rates"))
-    except ValueError as e:
-        raise ValueError(f"{spec['path']}: {e}") from None
-    if not math.isfinite(float(jnp.abs(q0).max())):
-        raise ValueError(f"{spec['path']}: assembly failed")
-    return TreeSystem(model, q0, qd0, closures=loops, stabilization=stabilization, baumgarte=baumgarte)

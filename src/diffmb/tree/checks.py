@@ -1,7 +1,7 @@
 """The checks every tree builder makes of a body it is given: a new name, a known joint,
 a parent listed before it, a free joint only from the world, a proper rotation.
 
-Shared by the rigid :class:`~diffmb.model.ModelBuilder` and the flexible tree's
+Shared by the rigid :class:`~diffmb.tree.model.ModelBuilder` and the flexible tree's
 :func:`~diffmb.formulations.flexible.builder.build`; imports nothing of the package, so
 either can use it.
 """

@@ -4,7 +4,7 @@
 batch-long array. On a CPU two things then cost more than the arithmetic:
 
 * XLA runs a reduction over a short axis (the 3 and 6 of spatial algebra) as a scalar
-  loop per output element; :func:`diffmb.spatial.written_out` traces those products as
+  loop per output element; :func:`diffmb.math.spatial.written_out` traces those products as
   elementwise chains that vectorise over the batch;
 * each of the few hundred kernels of a dynamics evaluation streams its batch-long
   operands through memory; in blocks of about a hundred members they stay in cache.
@@ -42,7 +42,7 @@ def vmap_blocks(f: Callable, block: int = BLOCK) -> Callable:
     copies of the first member, dropped from the result) traced with the small products
     written out; elsewhere as ``jit(vmap(f))``. Non-array arguments are not allowed;
     close over them instead. On a CPU, a closed-chain projection inside ``f`` stops at
-    round-off in a while loop (:func:`diffmb.constraints.project_state`): derivatives
+    round-off in a while loop (:func:`diffmb.closures.dynamics.project_state`): derivatives
     through it in forward mode only."""
     vf = jax.vmap(f)
     cpu = _on_cpu()

@@ -2,7 +2,7 @@
 
 The recursive algorithms (Featherstone, *Rigid Body Dynamics Algorithms*, tables 5.1, 6.2,
 7.1) are built from three kinds of sweep, each run on whole arrays of bodies with static
-index tables from :mod:`diffmb.layout`, so the traced graph — and the compile time — does
+index tables from :mod:`diffmb.tree.layout`, so the traced graph — and the compile time — does
 not grow with the number of bodies:
 
 :func:`ancestors_sum`
@@ -17,7 +17,7 @@ not grow with the number of bodies:
 All three use pointer doubling (Hillis-Steele prefix over root paths): round ``k`` combines
 every body with its ``2**k``-th ancestor, so ``ceil(log2(depth + 1))`` vectorised rounds
 replace a sweep of ``depth`` steps. A genuinely nonlinear recursion (the articulated-body
-inertias) runs one depth level at a time instead, in :mod:`diffmb.aba`.
+inertias) runs one depth level at a time instead, in :mod:`diffmb.tree.aba`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import spatial as sp
+from ..math import spatial as sp
 
 
 def _pad(x, value=0.0):

@@ -55,7 +55,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .pattern import Crease, CreasePattern, Panel, plate_inertia, polygon_area, polygon_centroid
+from ..origami.pattern import Crease, CreasePattern, Panel, plate_inertia, polygon_area, polygon_centroid
 
 ASSIGNMENTS = {"B", "M", "V", "F", "U"}
 _TOL = 1e-9

@@ -6,7 +6,7 @@ and a frame on body B — that must coincide in a chosen set of relative spatial
 paper's Q matrix: all 6 for a weld, 3 translations for a point contact, 5 for a hinge).
 
 Rows are expressed in node A's frame and ordered ``(rx, ry, rz, tx, ty, tz)``. Every
-quantity below is read off the kinematics workspace (:mod:`diffmb.kinematics`); nothing
+quantity below is read off the kinematics workspace (:mod:`diffmb.tree.kinematics`); nothing
 is differentiated through the kinematics:
 
 * velocity level (eqs. 30, 34): ``w = X_A (v_B - v_A)``, the spatial velocity of body B
@@ -24,7 +24,7 @@ is differentiated through the kinematics:
   free axis ``f`` the misalignment of B's ``f`` axis in A's axes (whose rates are the
   constrained components of ``omega_B - omega_A``, so Gauss-Newton on it is consistent).
 
-Coordinate couplings (:mod:`diffmb.couplings`: a MuJoCo joint equality, a URDF
+Coordinate couplings (:mod:`diffmb.closures.couplings`: a MuJoCo joint equality, a URDF
 ``<mimic>``, a gear) are one-row pairs held in the same pairs, rows and blocks.
 
 Measuring both bodies' velocities at the same point makes ``w`` differ from the time
@@ -42,11 +42,12 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from . import couplings as cp, spatial as sp
-from .kinematics import kinematics, point_frames
-from .layout import layout
-from .model import Model
-from .tree import coordinate_rates
+from ..math import spatial as sp
+from ..tree.api import coordinate_rates
+from ..tree.kinematics import kinematics, point_frames
+from ..tree.layout import layout
+from ..tree.model import Model
+from . import couplings as cp
 
 ROW_NAMES = ("rx", "ry", "rz", "tx", "ty", "tz")
 KINDS = {
@@ -67,7 +68,7 @@ class Closure:
     body_a: int
     body_b: int
     rows: tuple
-    #: a coordinate coupling's coordinates ``(y,)`` or ``(y, x)`` (:mod:`diffmb.couplings`);
+    #: a coordinate coupling's coordinates ``(y,)`` or ``(y, x)`` (:mod:`diffmb.closures.couplings`);
     #: empty for node pairs
     coords: tuple = ()
 
@@ -276,7 +277,7 @@ def _motion(a, idx):
 
 
 def _frames(ws, idx, rot, pos):
-    """:func:`~diffmb.kinematics.point_frames` with ``-1`` meaning the world frame."""
+    """:func:`~diffmb.tree.kinematics.point_frames` with ``-1`` meaning the world frame."""
     world = idx < 0
     if not world.any():
         return point_frames(ws, idx, rot, pos)

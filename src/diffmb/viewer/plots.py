@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .design.data import unit_kinds
-from .design.goodness import p_text
-from .design.sensors import UNITS
+from ..design.data import unit_kinds
+from ..design.goodness import p_text
+from ..design.sensors import UNITS
 
 MAX_LINES_PER_PANEL = 4
 MAX_PANELS = 4

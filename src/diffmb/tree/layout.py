@@ -10,7 +10,7 @@ traced graph.
 * ``dof_body[j]``: the body whose joint owns generalized velocity ``j`` (public order);
 * ``groups``: the bodies of each joint kind and their columns of ``q`` (kind-specific
   joint models run once per kind, vmapped over its bodies);
-* ``jumps``: the pointer-doubling tables of :mod:`diffmb.treescan` — ``jumps[k][i]`` is the
+* ``jumps``: the pointer-doubling tables of :mod:`diffmb.tree.scan` — ``jumps[k][i]`` is the
   ``2**k``-th ancestor of body ``i`` (the sentinel ``N`` past the root), so a prefix over
   every root path takes ``ceil(log2(depth + 1))`` vectorised rounds;
 * ``ancestors``: ``(N, N)`` boolean, ``[i, j]`` true when ``j`` is ``i`` or an ancestor (small

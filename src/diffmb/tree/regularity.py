@@ -46,12 +46,6 @@ class SingularPoseWarning(UserWarning):
     simulation usually starts: forward dynamics there divides by (nearly) zero."""
 
 
-def mass_matrix(model, q):
-    """``M(q)`` (:func:`diffmb.crba.mass_matrix_at`; not :func:`diffmb.tree.mass_matrix`, which
-    imports the model module that calls this check: no cycle)."""
-    return crba.mass_matrix_at(model, jnp.asarray(q, float))
-
-
 def generic_poses(model) -> list:
     """The pseudo-random configurations of :data:`GENERIC_POSES`."""
     return [np.random.default_rng(s).uniform(-1.0, 1.0, model.nq) for s in GENERIC_POSES]
@@ -92,7 +86,7 @@ def singular_joints(model, q=None, *, rtol: float = RTOL) -> tuple[list[str], bo
     then singular only if ``M`` is singular at all of them (a structural singularity;
     module docstring), the joints named being those of any of them."""
     qs = generic_poses(model) if q is None else [q]
-    found = [singular_at(mass_matrix(model, qk), model, rtol) for qk in qs]
+    found = [singular_at(crba.mass_matrix_at(model, jnp.asarray(qk, float)), model, rtol) for qk in qs]
     negative = any(n for _, n in found)
     if negative:
         return sorted({j for b, n in found if n for j in b}), True

@@ -3,7 +3,7 @@
 JAX can write every program it compiles to a folder and read it back when a later
 process traces the same program (its key is the lowered program, the JAX/XLA versions,
 the backend and the compiler flags, so a program is never reused across any of those).
-The command line turns this on (``diffmb_cli.cli_environment``): a second ``diffmb run``
+The command line turns this on (:func:`diffmb_env.cli_environment`): a second ``diffmb run``
 of a structure, whatever its ``--set`` numbers or horizon, traces and lowers its programs
 but does not compile them (fold-4panel's default run: compile 3.5 s the first time,
 1.6 s after). This module counts the programs read back, so the command line can say
@@ -11,7 +11,7 @@ where its compile time went, and keeps the folder to a size.
 
 In Python, the same cache is JAX's own (``jax.config.update("jax_compilation_cache_dir",
 ...)``); ``EQX_ON_ERROR=nan`` set before importing diffmb lets the simulation programs
-be cached too (see ``diffmb_cli.cli_environment``).
+be cached too (see :func:`diffmb_env.cli_environment`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 
 import jax
 from jax import monitoring
+
+import diffmb_env
 
 #: The command line's folder is trimmed to this size (oldest programs first) as it starts.
 MAX_BYTES = 1 << 30
@@ -75,9 +77,7 @@ def prune(path, max_bytes: int = MAX_BYTES) -> int:
 def prune_own(environ=os.environ) -> int:
     """Trim the command line's own folder (not a ``JAX_COMPILATION_CACHE_DIR`` the user
     chose elsewhere); returns the bytes removed."""
-    import diffmb_cli
-
-    own = environ.get("DIFFMB_COMPILE_CACHE", "").strip() or diffmb_cli.default_cache_dir(environ)
+    own = environ.get("DIFFMB_COMPILE_CACHE", "").strip() or diffmb_env.default_cache_dir(environ)
     here = folder()
     if here is None or os.path.abspath(here) != os.path.abspath(own) or not os.path.isdir(here):
         return 0

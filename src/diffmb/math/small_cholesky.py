@@ -9,7 +9,7 @@ sweep runs 1.2x faster per member (``experiments/bench_distributed.py``), its ch
 program compiles ~1 s longer. The factorisation itself stays a LAPACK call (written out
 it gained 3 % for 2.4 s more compile).
 
-Used in the ``"written"`` contraction form (:func:`diffmb.spatial.written_out`: CPU batch
+Used in the ``"written"`` contraction form (:func:`diffmb.math.spatial.written_out`: CPU batch
 programs) for matrices up to :data:`MAX` rows; everywhere else the library kernels.
 """
 

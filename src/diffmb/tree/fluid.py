@@ -24,7 +24,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from . import spatial as sp
+from ..math import spatial as sp
 
 
 class InertiaBoxFluid(eqx.Module):
@@ -66,7 +66,7 @@ def _drag(fluid, w, v):
 
 def body_wrenches(fluid: InertiaBoxFluid, frames):
     """``(N, 6)`` wrenches ``[torque; force]`` in body axes about each body's origin, from
-    the bodies' :class:`~diffmb.body_frames.BodyFrames`."""
+    the bodies' :class:`~diffmb.tree.body_frames.BodyFrames`."""
     b = jnp.asarray(fluid.body, jnp.int32)
     R, omega = frames.rot[b], frames.omega[b]
     v_center = frames.velocity[b] + sp.mtv(R, sp.cross(omega, fluid.center)) - fluid.wind[None, :]

@@ -1,7 +1,7 @@
 """Articulated-body algorithm, one depth level at a time.
 
 Featherstone, *RBDA* table 7.1 (Jain's ABFD; Fulton & Schaub section 2.2) in world-origin
-coordinates (:mod:`diffmb.kinematics`), where an articulated inertia is handed to the
+coordinates (:mod:`diffmb.tree.kinematics`), where an articulated inertia is handed to the
 parent without a coordinate transform. Tip to base, for every body ``i``:
 
     U = IA_i S_i,  D = S_i^T U,  u = tau_i - S_i^T pA_i,
@@ -12,7 +12,7 @@ and base to tip ``a' = a_parent + c_i``, ``qdd_i = D^-1 (u - U^T a')``,
 
 Both sweeps run all bodies of a depth level at once, level 0 on its own and the deeper
 levels in one ``lax.scan``, so the cost is O(n) and the compiled graph does not grow with
-the tree. Each level works on its *slots* (:mod:`diffmb.layout`: its bodies, grouped by
+the tree. Each level works on its *slots* (:mod:`diffmb.tree.layout`: its bodies, grouped by
 joint kind as MJX's ``scan.body_tree`` does): every body's inputs are gathered into
 level-major arrays before the scan, and a level hands its articulated inertias up (and
 its accelerations down) through the 0/1 matrix of ``slot_parent``. The scan's carry is
@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import rnea, spatial as sp
+from ..math import spatial as sp
+from . import rnea
 from .layout import layout
 
 #: Slots per level up to which the hand-over to the parents' slots is a written-out sum
@@ -116,7 +117,7 @@ def _pad_rows(x, rows):
     return jnp.concatenate([x, jnp.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)]) if rows > x.shape[0] else x
 
 
-def forward_dynamics(model, ws, tau, f_ext=None):
+def forward_dynamics_ws(model, ws, tau, f_ext=None):
     """``qdd`` (public order) for total generalized force ``tau`` at the workspace's state."""
     lay = layout(model)
     g0, g = lay.levels

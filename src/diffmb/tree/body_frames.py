@@ -12,7 +12,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from . import spatial as sp
+from ..math import spatial as sp
 from .kinematics import Kinematics, body_velocities
 
 

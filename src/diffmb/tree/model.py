@@ -21,9 +21,10 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from . import joints as jt, spatial as sp
+from ..math import spatial as sp
+from . import joints as jt
+from .checks import check_tree_body, is_rotation
 from .regularity import check_regular as check_regular_mass
-from .tree_checks import check_tree_body, is_rotation
 
 
 class Model(eqx.Module):
@@ -334,7 +335,7 @@ class ModelBuilder:
 
     def _check_new_body(self, what, name, parent, joint, joint_name) -> str:
         """The body's name, joint and parent checked against the bodies added so far
-        (:func:`~diffmb.tree_checks.check_tree_body`); returns its joint's name."""
+        (:func:`~diffmb.tree.checks.check_tree_body`); returns its joint's name."""
         if not isinstance(name, str) or not name:
             raise ValueError("body name must be a non-empty string")
         jname = joint_name or name
@@ -351,7 +352,7 @@ class ModelBuilder:
         :func:`repair_inertia`). Massless bodies (virtual links between joints) are
         accepted where the mass matrix stays regular (checked when there are any, or
         always with ``check_regular``, as the file loaders ask:
-        :func:`diffmb.regularity.check_regular`). ``where`` prefixes messages (a file name)."""
+        :func:`diffmb.tree.regularity.check_regular`). ``where`` prefixes messages (a file name)."""
         if inertia not in INERTIA_POLICIES:
             raise ValueError(f"inertia: one of {', '.join(INERTIA_POLICIES)}, got {inertia!r}")
         moving, by_name = _moving_bodies(self._bodies)

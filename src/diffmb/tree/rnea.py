@@ -1,6 +1,6 @@
 """Recursive Newton-Euler inverse dynamics from the workspace.
 
-Featherstone, *RBDA* table 5.1, in world-origin coordinates (:mod:`diffmb.kinematics`):
+Featherstone, *RBDA* table 5.1, in world-origin coordinates (:mod:`diffmb.tree.kinematics`):
 body accelerations are the workspace's velocity-product accelerations plus the joint
 accelerations summed along each root path (and gravity as a fictitious base acceleration
 ``-g``, Featherstone section 5.3, exact for fixed and free bases); each body's net force
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import spatial as sp, treescan
+from ..math import spatial as sp
+from . import scan
 from .layout import layout
 
 
@@ -31,8 +32,8 @@ def body_forces(model, ws, qdd=None, f_ext=None, gravity=True):
     lay = layout(model)
     a = ws.acc
     if qdd is not None:
-        aJ = treescan.dof_to_body(lay, ws.S * qdd[:, None])
-        a = a + treescan.ancestors_sum(lay, aJ)
+        aJ = scan.dof_to_body(lay, ws.S * qdd[:, None])
+        a = a + scan.ancestors_sum(lay, aJ)
     if gravity:
         g = gravity_acceleration(model)
         a = a + jnp.broadcast_to(g, a.shape)
@@ -45,16 +46,16 @@ def body_forces(model, ws, qdd=None, f_ext=None, gravity=True):
 def generalized_forces(model, ws, f):
     """``tau_j = s_j^T F_{b(j)}`` with ``F`` the subtree sums of the body forces ``f``."""
     lay = layout(model)
-    F = treescan.subtree_sum(lay, f)
+    F = scan.subtree_sum(lay, f)
     return sp.vdot(ws.S, F[lay.dof_body])
 
 
-def inverse_dynamics(model, ws, qdd, f_ext=None):
+def inverse_dynamics_ws(model, ws, qdd, f_ext=None):
     """``tau`` (public order) that produces ``qdd`` at the workspace's state (the joints'
     armature takes ``armature * qdd`` of it)."""
     return generalized_forces(model, ws, body_forces(model, ws, qdd, f_ext)) + model.armature * qdd
 
 
-def bias_forces(model, ws, f_ext=None):
+def bias_forces_ws(model, ws, f_ext=None):
     """``C(q, qd)`` of Fulton & Schaub eq. (8): Coriolis, centrifugal, gravity, ``-f_ext``."""
     return generalized_forces(model, ws, body_forces(model, ws, None, f_ext))

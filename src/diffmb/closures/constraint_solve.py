@@ -25,7 +25,7 @@ minimum-norm multipliers), and near a fold bifurcation a direction whose eigenva
 falls below ``1 / rho`` is enforced softly instead of exploding. ``rho`` is set relative
 to the problem's own scale, ``rho = kappa mean(diag M) / max(diag G^T G)``.
 
-``G`` is held in closure blocks (:func:`diffmb.closures.jacobian_blocks`): closure ``k``
+``G`` is held in closure blocks (:func:`diffmb.closures.nodes.jacobian_blocks`): closure ``k``
 touches only the ``L`` joints of its loop, so ``G x``, ``G^T y`` and ``G^T G`` cost
 ``P L`` and ``P L^2`` instead of ``P nv`` and ``P nv^2``; of ``G^T G`` only the lower
 triangle is summed (all the Cholesky factorisation reads).
@@ -42,8 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import block_tridiagonal as bt, small_cholesky, spatial as sp
-from .closures import buckets
+from ..math import block_tridiagonal as bt, small_cholesky, spatial as sp
+from .nodes import buckets
 
 #: Penalty scale ``kappa`` and number of multiplier iterations (see module docstring), by
 #: precision. ``M + rho G^T G`` keeps ``M`` only to ``eps kappa``: 1e-8 in float64, but
@@ -68,7 +68,7 @@ DENSE_MAX_ENTRIES = 500
 
 
 class Blocks(eqx.Module):
-    """``G`` in closure blocks: per bucket of closures (:func:`diffmb.closures.buckets`)
+    """``G`` in closure blocks: per bucket of closures (:func:`diffmb.closures.nodes.buckets`)
     ``(P_b, 6, L_b)`` on the joints of their loops; ``paths``/``nv`` static. ``dense``:
     the same ``G`` as a ``(P, 6, nv)`` array on small systems (else ``None``)."""
 
@@ -295,7 +295,7 @@ class Factor(eqx.Module):
         return x, lam
 
     def _written(self) -> bool:
-        """Whether the solves are written out (:mod:`diffmb.small_cholesky`)."""
+        """Whether the solves are written out (:mod:`diffmb.math.small_cholesky`)."""
         return False
 
     @abc.abstractmethod
@@ -366,7 +366,7 @@ class DenseFactor(Factor):
 
 class BandedFactor(Factor):
     """The block Cholesky factor of ``M + rho G^T G`` in a block-tridiagonal-with-border
-    order (:mod:`diffmb.block_tridiagonal`)."""
+    order (:mod:`diffmb.math.block_tridiagonal`)."""
 
     blocks: bt.Factors
     M_blocks: tuple
@@ -453,7 +453,7 @@ DENSE_ENTRY_US = 4e-3
 @functools.lru_cache(maxsize=64)
 def plan_for(lay, paths) -> bt.Plan | None:
     """The block order of ``M + rho G^T G`` for a tree layout and its closures' loops
-    (:func:`diffmb.block_tridiagonal.plan`), or ``None``: keep the dense factor (cached
+    (:func:`diffmb.math.block_tridiagonal.plan`), or ``None``: keep the dense factor (cached
     per structure)."""
     nv = lay.nv
     if nv < bt.MIN_NV:

@@ -15,7 +15,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from ._config import __version__
+from .._config import __version__
 
 STATUS_CODES = {"success": 0, "event": 1, "diverged": 2, "max_steps": 3}
 STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}

@@ -1,6 +1,6 @@
 """Sparse Cholesky of ``M + rho G^T G`` for large closed trees: block tridiagonal plus a border.
 
-The joint-space solve of :mod:`diffmb.constraint_solve` factors ``A = M + rho G^T G``
+The joint-space solve of :mod:`diffmb.closures.constraint_solve` factors ``A = M + rho G^T G``
 once per evaluation. ``A`` couples two joints when one supports the other (the mass
 matrix's tree pattern) or when they lie on a common loop (``G^T G``). On a large fold
 that is far from dense: in a ``20 x 20`` map fold (``nv = 405``) the columns of panels
