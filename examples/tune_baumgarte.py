@@ -22,7 +22,7 @@ ap.add_argument("--t1", type=float, default=10.0)
 ap.add_argument("--steps", type=int, default=30)
 args = ap.parse_args()
 
-res = tune("fold-4panel", ["a", "b"], t1=args.t1, steps=args.steps, learning_rate=0.3,
+res = tune("fold-4panel", ["a", "b"], t1=args.t1, iterations=args.steps, learning_rate=0.3,
            callback=lambda i, loss, p: print(f"{i:3d}  loss {loss:.3e}  a={p['a']:.4g}  b={p['b']:.4g}"))
 print(f"paper gains {res.initial}: loss {res.initial_loss:.3e}")
 print(f"tuned gains {res.best}: loss {res.best_loss:.3e} ({res.initial_loss / res.best_loss:.1f}x lower)")

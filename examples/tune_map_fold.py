@@ -64,7 +64,7 @@ def main(argv=None):
     a0, b0 = (float(x) for x in args.start.split(","))
     shape = {"rows": args.rows, "cols": args.cols}
     res = tune("map-fold", ["a", "b"], overrides={**shape, "a": a0, "b": b0}, solver="rk4", dt=args.dt,
-               t1=args.t1, steps=args.steps, learning_rate=args.lr,
+               t1=args.t1, iterations=args.steps, learning_rate=args.lr,
                callback=lambda i, loss, p: print(f"{i:3d}  loss {loss:.3e}  a={p['a']:.4g}  b={p['b']:.4g}",
                                                  flush=True))
     out = {"case": {**shape, "dt": args.dt, "t1": args.t1, "solver": "rk4"}, "floor": res.floor,

@@ -44,7 +44,7 @@ def log(msg):
 def part_tune4(args):
     from diffmb.design.tune import tune
 
-    res = tune("fold-4panel", ["a", "b"], t1=10.0, steps=args.steps, learning_rate=0.3,
+    res = tune("fold-4panel", ["a", "b"], t1=10.0, iterations=args.steps, learning_rate=0.3,
                callback=lambda i, l, p: log(f"    {i:3d} loss {l:.4e} a={p['a']:.4g} b={p['b']:.4g}"))
     return {"initial": res.initial, "initial_loss": res.initial_loss, "best": res.best,
             "best_loss": res.best_loss, "reduction": res.initial_loss / res.best_loss,
@@ -72,7 +72,7 @@ def part_tune3x3(args):
 
     paper = _run("fold-3x3", {"a": 40.0, "b": 0.0}, "baumgarte", 30.0)
     log(f"    paper gains a=40 b=0: {paper['status']} at t = {paper['t_final']:.3g} s")
-    res = tune("fold-3x3", ["a", "b"], t1=args.tune_t1, steps=args.steps, learning_rate=0.3,
+    res = tune("fold-3x3", ["a", "b"], t1=args.tune_t1, iterations=args.steps, learning_rate=0.3,
                loss_weights={"w_energy": 1e-3},
                callback=lambda i, l, p: log(f"    {i:3d} loss {l:.4e} a={p['a']:.4g} b={p['b']:.4g}"))
     tuned = _run("fold-3x3", res.best, "baumgarte", 30.0)

@@ -28,8 +28,8 @@ PAPER = {"sail": {"standard Kane": 699.0, "customary": 667.0, "efficient": 140.0
          "four": {"standard Kane": 10.2, "customary": 7.6, "efficient": 5.2}}
 TARGET = {"sail": 5.0, "four": 0.5}
 CASES = {"sail": ("solar-sail-slew", 300.0), "four": ("flex-4body", 10.0)}
-VARIANTS = {"efficient": {"speeds": 0, "method": 0}, "customary": {"speeds": 1, "method": 0},
-            "standard Kane": {"speeds": 1, "method": 1}}
+VARIANTS = {"efficient": {"speeds": 0, "algorithm": 0}, "customary": {"speeds": 1, "algorithm": 0},
+            "standard Kane": {"speeds": 1, "algorithm": 1}}
 
 
 def time_case(name, t1, overrides, repeats):

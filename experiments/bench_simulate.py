@@ -25,11 +25,11 @@ from diffmb import TreeSystem, simulate
 from diffmb.scenarios.pendulum import chain_model
 
 
-def chain(n: int, dynamics: str = "auto") -> TreeSystem:
+def chain(n: int, algorithm: str = "auto") -> TreeSystem:
     model = chain_model([1.0 / n] * n, [1.0] * n, 9.81)
     q0 = np.full(n, 0.3 / n)
     q0[0] = 0.8
-    return TreeSystem(model, q0=q0, dynamics=dynamics)
+    return TreeSystem(model, q0=q0, algorithm=algorithm)
 
 
 def timed(fn, repeats: int):
@@ -47,7 +47,7 @@ def timed(fn, repeats: int):
 
 def measure(name: str, n: int, *, t1: float, dt: float, batch: int, repeats: int) -> dict:
     """Single trajectory with the default dynamics (dense for small trees), batch with the ABA."""
-    system, batch_system = chain(n), chain(n, "aba")
+    system, batch_system = chain(n), chain(n, "recursive")
     steps = round(t1 / dt)
     params = system.default_params()
     x0 = system.init_state(params)

@@ -141,7 +141,7 @@ def measure_diffmb(model, states, backend, batch, repeats):
     from diffmb.math.vectorize import vmap_blocks
 
     q, qd, tau = states
-    fd = functools.partial(diffmb.forward_dynamics, backend=backend)
+    fd = functools.partial(diffmb.forward_dynamics, algorithm={"aba": "recursive", "crba": "dense"}[backend])
     single = jax.jit(fd)
     batched = jax.jit(jax.vmap(fd, in_axes=(None, 0, 0, 0)))
     blocks = vmap_blocks(lambda q, qd, tau: fd(model, q, qd, tau))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmb.closures import constraint_solve as solve, dynamics as cs
+from diffmb.closures import constraint_solve, dynamics as cs
 from diffmb.math import block_tridiagonal as bt
 from diffmb.scenarios import get
 from diffmb.tree import crba, rnea
@@ -142,20 +142,20 @@ def test_block_factor_gives_the_dense_dynamics(map6, problem6):
     """Accelerations and multipliers by the block factor equal the dense factor's to
     1e-12 relative."""
     p = map6[2]
-    dense, blocks = jax.jit(lambda a: [solve.factor(*a[:2], plan=plan).solve(*a[2:]) for plan in (None, p)])(problem6)
+    dense, blocks = jax.jit(lambda a: [constraint_solve.factor(*a[:2], plan=plan).solve(*a[2:]) for plan in (None, p)])(problem6)
     _assert_close(dense, blocks, 1e-12)
 
 
 def test_the_solves_derivative_equals_central_differences(problem6):
     """The derivative of the accelerations and multipliers along a direction of ``M``
     (symmetric), ``G``, ``f`` and ``b``, by ``A^-1``'s rule (no derivative of the
-    factorisation, :func:`diffmb.closures.constraint_solve._apply_inverse`), equals central
+    factorisation, :func:`diffmb.closures.constraint_constraint_solve._apply_inverse`), equals central
     differences of the same solve to 1e-7 (they agree to 1-1.5e-9, the differences'
     round-off at h = 1e-6). One program gives both: the differences read its values."""
     rng = np.random.default_rng(5)
     tangents = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), problem6)
     tangents = ((tangents[0] + tangents[0].T) / 2,) + tuple(tangents[1:])
-    jvp = jax.jit(lambda prim, tan: jax.jvp(lambda M, G, f, b: solve.factor(M, G).solve(f, b), prim, tan))
+    jvp = jax.jit(lambda prim, tan: jax.jvp(lambda M, G, f, b: constraint_solve.factor(M, G).solve(f, b), prim, tan))
     h = 1e-6
     shifted = [jax.tree.map(lambda a, t, s=s: a + s * h * t, problem6, tangents) for s in (1, -1)]
     (_, derivative), (plus, _), (minus, _) = (jvp(p, tangents) for p in [problem6, *shifted])
@@ -176,7 +176,7 @@ def test_block_factor_gives_the_dense_derivatives(map6, problem6):
     tangents = ((tangents[0] + tangents[0].T) * (support | support.T).astype(float),) + tuple(tangents[1:])
 
     def dynamics(M, G, f, b, plan):
-        return solve.factor(M, G, plan=plan).solve(f, b)
+        return constraint_solve.factor(M, G, plan=plan).solve(f, b)
 
     both = jax.jit(lambda prim, tan: [jax.jvp(lambda *a: dynamics(*a, plan), prim, tan)[1] for plan in (None, p)])
     dense, blocks = both(problem6, tangents)

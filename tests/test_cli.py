@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import interrupt_after
 from diffmb import cli, scenarios
 from diffmb.simulation.trajectory import Trajectory
 from diffmb.system import System
 from diffmb.viewer.plots import plot_trajectory
+from helpers import interrupt_after
 
 JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "compile_cached", "energy",
              "angular_momentum", "violation", "final", "status", "warnings"}

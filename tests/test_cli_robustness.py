@@ -254,7 +254,7 @@ def test_integrator_floor_is_the_step_halving_error():
 def test_tune_stops_at_the_floor_and_says_so(capsys):
     from diffmb.design.tune import tune
 
-    res = tune("four-bar", ["a", "b"], t1=1.0, steps=20)
+    res = tune("four-bar", ["a", "b"], t1=1.0, iterations=20)
     assert res.stopped == "floor" and res.history == [] and res.best_loss <= res.floor
     assert cli.main(["tune", "four-bar", "--params", "a,b", "--t1", "1", "--iterations", "20"]) == 0  # same compiles
     out = capsys.readouterr().out
@@ -276,7 +276,7 @@ def test_sweep_grid_and_member_values_in_rows(tmp_path, diffmb_cli):
     csv = tmp_path / "g.csv"
     r = diffmb_cli("sweep", "pendulum", "--t1", "0.2", "--set", "l=0.5:2", "--set", "m=1:3",
                 "--batch", "2", "--csv", str(csv))
-    assert r.returncode == 0 and "vary together" in r.stderr and "--sample grid" in r.stderr
+    assert r.returncode == 0 and "vary together" in r.stderr and "--sampling grid" in r.stderr
 
 
 # ------------------------------------------------------------------ plots

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import interrupt_after
 from diffmb import cli, scenarios
 from diffmb.simulation import resumable
 from diffmb.simulation.trajectory import Trajectory
+from helpers import interrupt_after
 
 ROOT = Path(__file__).parents[1]
 REAL_COMPILE = resumable.compile_simulation

@@ -53,6 +53,11 @@ DEPRECATED = [
     ("synth", "--out", "--csv", "csv", "rec.csv", "rec.csv"),
     ("synth", "--out", "--npz", "npz", "rec.npz", "rec.npz"),
     ("view", "--out", "--html", "html", "page.html", "page.html"),
+    ("sweep", "--sample", "--sampling", "sampling", "grid", "grid"),
+    ("synth", "--samples", "--points", "points", "41", 41),
+    ("tune", "--lr", "--learning-rate", "learning_rate", "0.3", 0.3),
+    ("tune", "--w-energy", "--weight-energy", "weight_energy", "2.0", 2.0),
+    ("tune", "--w-momentum", "--weight-momentum", "weight_momentum", "2.0", 2.0),
 ]
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet", "--no-plot"]
 

@@ -15,7 +15,7 @@ import pytest
 import closure_reference as ref
 import diffmb
 from diffmb import simulate
-from diffmb.closures import constraint_solve as solve, dynamics as cs, nodes as cl
+from diffmb.closures import constraint_solve, dynamics as cs, nodes as cl
 from diffmb.scenarios import get
 from diffmb.scenarios.fourbar import fourbar_system
 from diffmb.tree import crba, rnea
@@ -227,7 +227,7 @@ def test_solver_needs_no_rank_decision_at_the_folded_flat_state():
         qdd, _ = cs.constrained_dynamics(model, ws, 0.1 * jnp.ones(model.nv), nodes)
         G = cs.blocks(ws, nodes, model.nv)
         residual = G.apply(qdd) - cs.acceleration_target(ws, nodes)
-        return qdd, residual, solve.numerical_rank(crba.mass_matrix_ws(model, ws), G)
+        return qdd, residual, constraint_solve.numerical_rank(crba.mass_matrix_ws(model, ws), G)
 
     qdd, residual, rank = solve_there(model, q, qd, nodes)
     assert np.all(np.isfinite(np.asarray(qdd)))
@@ -241,7 +241,7 @@ def _products(G, D, x, y):
     """``(G x, G^T y, lower G^T G, G^T G on its pairs)`` from the blocks, and the same from
     the dense ``D``."""
     D2 = D.T @ D
-    keys, _ = solve._gram_pairs(G.paths, G.nv)
+    keys, _ = constraint_solve._gram_pairs(G.paths, G.nv)
     i, j = keys // (G.nv + 1), keys % (G.nv + 1)
     return ((G.apply(x).reshape(-1), G.apply_T(y), G.gram_lower(), G.gram_values()),
             (D @ x, D.T @ y.reshape(-1), jnp.tril(D2), D2[i, j]))
@@ -252,7 +252,7 @@ def _grouped_and_dense(model, q, nodes):
     """``G`` at ``q`` in closure blocks, always grouped (never the small systems' dense
     ``G``), and the dense Jacobian ``(6 P, nv)`` from the same blocks."""
     blocks = cl.jacobian_blocks(kinematics(model, q, jnp.zeros_like(q)), nodes)
-    return (solve.Blocks(blocks, nodes.paths, model.nv, dense=False),
+    return (constraint_solve.Blocks(blocks, nodes.paths, model.nv, dense=False),
             cl.dense_jacobian(blocks, nodes, model.nv))
 
 

@@ -90,7 +90,7 @@ def test_reverse_mode_tuning_gradient_equals_forward_mode():
 @pytest.mark.slow
 def test_tune_reduces_violation_and_reports_history():
     res = tune("four-bar", ["a", "b"], overrides={"kick": 0.3, "a": 1.0, "b": 1.0}, t1=1.0,
-               steps=12, learning_rate=0.3, saveat=51)
+               iterations=12, learning_rate=0.3, saveat=51)
     assert len(res.history) >= 5 and res.history[0]["loss"] == pytest.approx(res.initial_loss, rel=1e-9)
     assert res.best_loss < 0.2 * res.initial_loss
     assert res.best["a"] > 1.0
@@ -139,7 +139,7 @@ def test_fit_residual_jacobian_matches_finite_differences(pendulum_data):
 @pytest.mark.slow
 def test_multiple_shooting_fit_from_nearby_guess(pendulum_data):
     res = fit("pendulum", pendulum_data, ["g", "damping"], overrides={"g": 9.0, "damping": 0.06},
-              dt=1e-2, shooting=2, max_iterations=60)
+              dt=1e-2, shooting=2, iterations=60)
     assert abs(res.params["g"] - 9.81) < 0.01 * 9.81
 
 

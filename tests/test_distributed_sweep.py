@@ -23,7 +23,7 @@ from diffmb.design.batch import conserved_by_member, member_values, scenario_bat
 RUN = scenarios.get("pendulum").run_settings(t1=0.3, dt=0.01)  # what the CLI runs below
 CHUNK, BATCH = 3, 17  # six chunks, the last padded with two copies
 ARGS = ["sweep", "pendulum", "--batch", str(BATCH), "--chunk", str(CHUNK), "--set", "l=0.5:2", "--set",
-        "damping=0:0.5", "--sample", "random", "--t1", "0.3", "--dt", "0.01"]
+        "damping=0:0.5", "--sampling", "random", "--t1", "0.3", "--dt", "0.01"]
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ def fits():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             res = fit(sc, data, ["g"], sensors=sensors, overrides={"g": 9.0}, continuation=False,
-                      max_iterations=20)
+                      iterations=20)
         out[damping] = (res, [str(w.message) for w in caught if issubclass(w.category, FitWarning)], data)
     return sc, sensors, out
 

@@ -138,7 +138,7 @@ def test_two_records_share_physics_with_their_own_start_times_and_nuisance():
     run0 = Record(records[0].data.select(markers), {"spin": 0.0})
     with pytest.warns(FitWarning, match="t_offset ended at its bound"):  # and says so
         tight = fit(sc, run0, ["K", "c", "t_offset"], sensors=nominal[:2], overrides={"K": 0.2, "c": 0.1},
-                    bounds={"t_offset": 0.1}, continuation=False, max_iterations=8)
+                    bounds={"t_offset": 0.1}, continuation=False, iterations=8)
     assert abs(tight.params["t_offset"]) <= 0.1 + 1e-12 and not tight.converged
 
 
@@ -153,7 +153,7 @@ def test_two_dampings_acting_alike_are_reported_unidentifiable():
     data, _ = synth(sc, truth, sensors=sensors, t1=2.0, samples=41, seed=3)
     with pytest.warns(IdentifiabilityWarning, match=r"c and ts_damping|ts_damping and c"):
         res = fit(sc, data, ["c", "ts_damping"], sensors=sensors, overrides=truth, continuation=False,
-                  max_iterations=2)
+                  iterations=2)
     assert res.correlation[0][1] == pytest.approx(-1.0, abs=1e-6)
     assert res.condition > 1e8
 
@@ -179,7 +179,7 @@ def test_cli_synth_and_fit_with_sensors_and_two_records(tmp_path):
     sensors.write_text(json.dumps({"sensors": [
         {"name": "tip", "type": "marker", "body": "link1", "point": [0.0, -1.0, 0.0], "sigma": 1e-3},
         {"name": "rate", "type": "gyro", "body": "link1", "sigma": 1e-3}]}))
-    common = ["--set", "damping=0.3", "--t1", "2", "--samples", "41", "--sensors", str(sensors)]
+    common = ["--set", "damping=0.3", "--t1", "2", "--points", "41", "--sensors", str(sensors)]
     rc, out, err = _cli("synth", "pendulum", *common, "--t-offset", "0.1", "--out", str(tmp_path / "a.csv"))
     assert rc == 0, err
     rc, out, err = _cli("synth", "pendulum", *common, "--record", "theta0=0.6", "--seed", "1",

@@ -1,6 +1,6 @@
 """A fit says when its numbers are not to be trusted: a value pinned at a bound, a
 residual far above the declared noise, a standard error that is not finite, a record too
-short for its unknowns; and ``max_iterations`` is the whole fit's budget."""
+short for its unknowns; and ``iterations`` is the whole fit's budget."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_a_start_time_pinned_at_its_bound_is_flagged_and_not_converged(late_rele
     sc, sensors, data = late_release
     with pytest.warns(FitWarning, match="t_offset.* ended at its bound"):
         res = fit(sc, data, ["damping", "t_offset"], sensors=sensors, overrides={"damping": 0.3},
-                  bounds={"t_offset": 0.1}, continuation=False, max_iterations=10)
+                  bounds={"t_offset": 0.1}, continuation=False, iterations=10)
     name = next(n for n in res.names if n.startswith("t_offset"))
     assert res.params[name] == pytest.approx(0.1, abs=1e-12) and not res.converged
     misfit = [w for w in res.warnings if "x the declared sensor noise" in w]
@@ -48,7 +48,7 @@ def test_the_default_bound_reaches_the_start_and_the_fit_is_trusted(late_release
     with warnings.catch_warnings():
         warnings.simplefilter("error", FitWarning)
         res = fit(sc, data, ["damping", "t_offset"], sensors=sensors, overrides={"damping": 0.2},
-                  continuation=False, max_iterations=20)
+                  continuation=False, iterations=20)
     name = next(n for n in res.names if n.startswith("t_offset"))
     assert res.converged and res.warnings == []
     assert abs(res.params[name] - 0.3) < 3 * res.stderr[name]
@@ -77,9 +77,9 @@ def test_a_record_shorter_than_its_unknowns_is_refused(capsys, tmp_path):
 def test_iterations_are_the_whole_fits_budget():
     """Four continuation stages and one iteration: only the whole record is fitted, once."""
     data, _ = synth("pendulum", {"g": 9.81, "damping": 0.05}, t1=1.0, dt=1e-2, noise=1e-3, seed=1, samples=51)
-    res = fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2, max_iterations=1)
+    res = fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2, iterations=1)
     assert res.iterations == 1 and [h["horizon"] for h in res.history] == [1.0]
-    res = fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2, max_iterations=5)
+    res = fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2, iterations=5)
     assert res.iterations <= 5 and res.history[-1]["horizon"] == 1.0
 
 

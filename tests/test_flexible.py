@@ -25,7 +25,7 @@ def _beam(n_modes=3, stiff=1.0, zeta=0.0, n_el=8):
                               rigid_inertia=np.diag([0.02, 0.03, 0.04]))
 
 
-def _chain(speeds="efficient", method="recursive", freeze=False, beam=None, gravity=(0.0, 0.0, -9.81)):
+def _chain(speeds="efficient", algorithm="recursive", freeze=False, beam=None, gravity=(0.0, 0.0, -9.81)):
     """Fixed-base chain: revolute -> Hooke -> spherical, flexible bodies."""
     beam = beam or _beam()
     bodies = [
@@ -35,7 +35,7 @@ def _chain(speeds="efficient", method="recursive", freeze=False, beam=None, grav
                     q0=[0.3, -0.2], u0=[0.6, -0.4], eta0=[0.0, 0.01, 0.0]),
         fx.FlexBody("b3", beam, "b2", "spherical", hinge="tip", q0=[0.1, -0.05, 0.2], u0=[0.3, 0.2, -0.1]),
     ]
-    return fx.build(bodies, speeds=speeds, method=method, gravity=gravity, freeze_modes=freeze)
+    return fx.build(bodies, speeds=speeds, algorithm=algorithm, gravity=gravity, freeze_modes=freeze)
 
 
 def _joint_coords(system, x):
@@ -143,7 +143,7 @@ def test_customary_and_efficient_speeds_agree(efficient_run):
 @pytest.mark.slow
 def test_recursive_matches_dense_kane():
     s = _chain("efficient")
-    d = _chain("efficient", method="dense")
+    d = _chain("efficient", algorithm="dense")
     p = s.default_params()
     x = s.init_state(p)
     assert np.allclose(s.vector_field(0.0, x, p), d.vector_field(0.0, x, p), rtol=1e-10, atol=1e-10)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import make_random_model, random_state
 from diffmb.formats.mjcf import to_mjcf, to_mujoco_state
+from helpers import make_random_model, random_state
 
 
 def _mujoco_qacc(model, q, qd, qdd):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import make_random_model, random_state
 from diffmb.formats.mjcf import to_mjcf, to_mujoco_state
 from diffmb.formats.mjcf_import import load_mjcf, velocity_map
+from helpers import make_random_model, random_state
 from test_closures import one_dof_reference as _reference
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -412,8 +412,8 @@ def test_dense_and_aba_dynamics_agree():
     """TreeSystem picks CRBA + Cholesky for one trajectory of a small tree; the ABA gives
     the same motion."""
     model = chain_model([0.3] * 6, [1.0] * 6, 9.81)
-    runs = [simulate(TreeSystem(model, q0=[0.5] * 6, dynamics=d), t1=0.5, dt=1e-3, saveat=6)
-            for d in ("dense", "aba")]
+    runs = [simulate(TreeSystem(model, q0=[0.5] * 6, algorithm=d), t1=0.5, dt=1e-3, saveat=6)
+            for d in ("dense", "recursive")]
     np.testing.assert_allclose(runs[0].xs, runs[1].xs, atol=1e-10)
-    with pytest.raises(ValueError, match="dynamics"):
-        TreeSystem(model, dynamics="fast")
+    with pytest.raises(ValueError, match="algorithm"):
+        TreeSystem(model, algorithm="fast")

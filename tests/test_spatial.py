@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_rotation, random_unit
 from diffmb.math import spatial as sp
+from helpers import random_rotation, random_unit
 
 RNG_SEEDS = range(6)
 
@@ -207,7 +207,7 @@ def _rand_xform(rng):
 
 
 def _rand_inertia6(rng):
-    from conftest import random_inertia
+    from helpers import random_inertia
 
     return sp.spatial_inertia(
         jnp.asarray(rng.uniform(0.5, 2.0)), jnp.asarray(rng.normal(size=3)),
@@ -292,7 +292,7 @@ def test_cross_products(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_spatial_inertia_formula_and_physics(seed):
     rng = np.random.default_rng(seed)
-    from conftest import random_inertia
+    from helpers import random_inertia
 
     mass = rng.uniform(0.5, 2.0)
     c = rng.normal(size=3)
@@ -337,7 +337,7 @@ def _batched_calls():
     v = jnp.asarray(rng.normal(size=(n, 6)))
     qs = jnp.asarray(np.stack([_rand_quat(rng) for _ in range(n)]))
     axes = jnp.asarray(np.stack([random_unit(rng) for _ in range(n)]))
-    from conftest import random_inertia
+    from helpers import random_inertia
 
     Ics = jnp.asarray(np.stack([random_inertia(rng) for _ in range(n)]))
     I6 = jax.jit(jax.vmap(sp.spatial_inertia, in_axes=(None, 0, 0)))(jnp.asarray(1.0), r, Ics)

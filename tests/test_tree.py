@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import make_random_model, make_random_model_params, random_inertia, random_state
+from helpers import make_random_model, make_random_model_params, random_inertia, random_state
 
 # ------------------------------------------------------------------ jitted kernels
 
@@ -750,11 +750,11 @@ def test_tree_algorithms_under_rank_promotion_raise():
     np.testing.assert_allclose(out, ref, atol=1e-13)
 
 
-@pytest.mark.parametrize("backend", ["aba", "crba"])
-def test_forward_dynamics_backends_agree_with_rnea(backend):
-    """Both forward-dynamics backends invert the RNEA."""
+@pytest.mark.parametrize("algorithm", ["recursive", "dense"])
+def test_forward_dynamics_algorithms_agree_with_rnea(algorithm):
+    """Both forward-dynamics algorithms invert the RNEA."""
     model = _model("free_b")
     q, qd = random_state(model, 2)
     tau = _rand_tau(model, 2)
-    qdd = diffmb.forward_dynamics(model, q, qd, tau, backend=backend)
+    qdd = diffmb.forward_dynamics(model, q, qd, tau, algorithm=algorithm)
     np.testing.assert_allclose(ID(model, q, qd, qdd), tau, atol=1e-10)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import make_random_model, random_state
 from diffmb.tree import aba, crba, rnea, scan
 from diffmb.tree.kinematics import kinematics
 from diffmb.tree.layout import layout
+from helpers import make_random_model, random_state
 
 
 def _loop_ancestors(parents, x):
@@ -111,7 +111,7 @@ def test_articulated_body_algorithm_inverts_the_rnea_on_large_trees(branch):
     tau = np.random.default_rng(2).standard_normal(model.nv)
     qdd = diffmb.forward_dynamics(model, q, qd, tau)
     np.testing.assert_allclose(diffmb.inverse_dynamics(model, q, qd, qdd), tau, atol=1e-9)
-    qdd_crba = diffmb.forward_dynamics(model, q, qd, tau, backend="crba")
+    qdd_crba = diffmb.forward_dynamics(model, q, qd, tau, algorithm="dense")
     # The two algorithms' round-off differs by cond(M) eps times the solution's norm, not
     # each entry's size (cond(M) = 6e6 for the 60-body chain): measured 4.1e-11 (4.6e-11
     # with X^T I X for the world inertias) of the largest acceleration; branched (cond 2e4)

@@ -50,7 +50,7 @@ def test_slew_vibration_scales_with_torque_squared_and_tune_descends_it():
         tr = simulate(system, params=params, t1=10.0, dt=sc.dt, solver="rk4", saveat=101)
         losses.append(float(vibration_loss(tr, params)))
     assert losses[0] > 0 and losses[0] / losses[1] == pytest.approx(4.0, rel=5e-3)
-    res = tune(sc, ["torque"], overrides=overrides, loss="vibration", t1=10.0, steps=2, saveat=101)
+    res = tune(sc, ["torque"], overrides=overrides, loss="vibration", t1=10.0, iterations=2, saveat=101)
     assert res.history[0]["loss"] == pytest.approx(losses[0], rel=1e-9)
     assert res.history[1]["params"]["torque"] == pytest.approx(math.exp(-0.1), rel=1e-6)
     assert res.history[1]["loss"] / res.history[0]["loss"] == pytest.approx(math.exp(-0.2), rel=5e-3)

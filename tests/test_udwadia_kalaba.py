@@ -97,7 +97,7 @@ def mixed():
 def test_structured_solve_matches_literal_eq14(mixed):
     system, p, f = mixed
     x = p["x0"]
-    lit, _ = _mixed_system(solver="pinv")
+    lit, _ = _mixed_system(linear_solve="pinv")
     assert np.max(np.abs(f - lit.vector_field(0.0, x, p))) < 1e-9
     # every constraint's second time derivative vanishes along the computed motion (eq. 1)
     X, V = system.body_states(x)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import diffmb
-from conftest import make_random_model, random_state
 from diffmb import scenarios
 from diffmb.math import spatial as sp
 from diffmb.math.vectorize import vmap_blocks
 from diffmb.simulation.integrate import _project
+from helpers import make_random_model, random_state
 
 
 def test_written_out_products_equal_the_reduced_ones():
@@ -78,8 +78,8 @@ def branched():
                              kinds=("revolute", "prismatic", "spherical", "universal"))
 
 
-@pytest.mark.parametrize("backend", ["aba", "crba"])
-def test_blocked_batch_equals_one_state_at_a_time(branched, backend):
+@pytest.mark.parametrize("algorithm", ["recursive", "dense"])
+def test_blocked_batch_equals_one_state_at_a_time(branched, algorithm):
     """300 states in blocks of 128 (the last one filled up): each equal to the default form's
     single-state forward dynamics, and the ABA to the mass-matrix solve."""
     model = branched
@@ -87,14 +87,14 @@ def test_blocked_batch_equals_one_state_at_a_time(branched, backend):
     q = jnp.asarray(np.stack([s[0] for s in states]))
     qd = jnp.asarray(np.stack([s[1] for s in states]))
     tau = jnp.asarray(np.random.default_rng(5).normal(size=(300, model.nv)))
-    fd = lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, backend=backend)
+    fd = lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, algorithm=algorithm)
     batched = vmap_blocks(fd, block=128)(q, qd, tau)
     single = jax.jit(fd)
     reference = np.stack([single(q[i], qd[i], tau[i]) for i in (0, 1, 127, 128, 255, 256, 299)])
     got = np.asarray(batched)[[0, 1, 127, 128, 255, 256, 299]]
     scale = np.max(np.abs(reference))
     np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * scale)
-    crba = jax.jit(lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, backend="crba"))
+    crba = jax.jit(lambda q, qd, tau: diffmb.forward_dynamics(model, q, qd, tau, algorithm="dense"))
     np.testing.assert_allclose(got[-1], crba(q[299], qd[299], tau[299]), rtol=0, atol=1e-10 * scale)
 
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .closures import constraint_solve as solve, dynamics as cs, nodes as cl
+from .closures import constraint_solve, dynamics as cs, nodes as cl
 from .math import spatial as sp
 from .tree import aba, api, crba, joints as jt, rnea
 from .tree.body_frames import BodyFrames, from_kinematics
@@ -230,11 +230,12 @@ class TreeSystem(System):
     stabilization: str = eqx.field(static=True, default="none")
     roles: tuple = eqx.field(static=True, default=())
     projection_iterations: int = eqx.field(static=True, default=3)
-    dynamics: str = eqx.field(static=True, default="auto")
+    algorithm: str = eqx.field(static=True, default="auto")
 
     def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
                  closures=None, stabilization="none", baumgarte=(0.0, 0.0),
-                 projection_iterations=3, dynamics="auto", potential_fn=None, roles=None, wrench_fn=None):
+                 projection_iterations=3, algorithm="auto", potential_fn=None, roles=None, wrench_fn=None,
+                 dynamics=None):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -254,9 +255,7 @@ class TreeSystem(System):
         self.baumgarte = {"a": jnp.asarray(a, dt), "b": jnp.asarray(b, dt)}
         self.stabilization = stabilization
         self.projection_iterations = int(projection_iterations)
-        if dynamics not in ("auto", "aba", "dense"):
-            raise ValueError(f"dynamics: expected auto, aba or dense, got {dynamics!r}")
-        self.dynamics = dynamics
+        self.algorithm = api.choose_algorithm(algorithm, dynamics, "dynamics", ("auto",) + api.ALGORITHMS)
         self.roles = declare_roles(self, roles)
 
     def default_params(self):
@@ -332,11 +331,11 @@ class TreeSystem(System):
     @property
     def _dense(self) -> bool:
         """CRBA + Cholesky instead of the ABA (one trajectory of a tree of moderate size:
-        a few large kernels beat the ABA's level-by-level sweep); ``dynamics="aba"``
-        forces the ABA (vmapped batch sweeps), ``"dense"`` the CRBA."""
-        if self.dynamics == "auto":
+        a few large kernels beat the ABA's level-by-level sweep), for ``algorithm="auto"``;
+        ``"recursive"`` forces the ABA (vmapped batch sweeps), ``"dense"`` the CRBA."""
+        if self.algorithm == "auto":
             return self.model.nv <= DENSE_MAX_NV
-        return self.dynamics == "dense"
+        return self.algorithm == "dense"
 
     @property
     def has_projection(self) -> bool:
@@ -408,7 +407,7 @@ class TreeSystem(System):
             return {}
         ws = kinematics(model, self.split(x)[0])
         M = crba.mass_matrix_ws(model, ws)
-        return {"closure_rank": solve.numerical_rank(M, cs.blocks(ws, params["closures"], model.nv))}
+        return {"closure_rank": constraint_solve.numerical_rank(M, cs.blocks(ws, params["closures"], model.nv))}
 
     @property
     def coordinate_names(self):

@@ -12,7 +12,10 @@ The vocabulary every command speaks (a flag means one thing wherever it is accep
 ``--quiet``            print nothing but warnings and errors (every command)
 ``--stabilization``    the constraint stabilization, wherever a command builds a System
 ``--set``, ``--closures``, ``--key``   the scenario (or model file) and its values
-``--iterations N``     optimiser iterations (tune, fit)
+``--iterations N``     at most N optimiser iterations, fewer once converged (tune: Adam, default 50;
+                       fit: Levenberg-Marquardt over all its stages, default 100)
+``--points N``         time points of a record (synth)
+``--batch N``, ``--sampling MODE``   how many sweep members, and how they are drawn (sweep)
 ``--segments N``       a run split into N resumable time segments (run)
 ``--chunk-size N``     members per compiled batch call (sweep)
 ``--resume``           continue what ``--out DIR`` holds (run, sweep)

@@ -48,15 +48,16 @@ def add_parser(sub):
     f.add_argument("--data", type=Path, required=True, action="append", metavar="FILE",
                    help="a deployment record (repeat for several; '# set: NAME=VALUE' lines in a "
                         "CSV give that record's own scenario values)")
-    f.add_argument("--sensors", type=Path, metavar="JSON", help="sensor declarations (markers, gyros, "
+    f.add_argument("--sensors", type=Path, metavar="FILE", help="sensor declarations (markers, gyros, "
                    "accelerometers); CSV headers may also declare them on '# sensor: {...}' lines")
     f.add_argument("--params", required=True, metavar="K,c", help="parameters to fit: scenario "
                    "parameters, offset.<marker>, bias.<gyro>, t_offset")
     f.add_argument("--columns", metavar="A,B", help="data columns to fit (default: every column the "
                    "scenario's records hold, the hinge angles, or every column when sensors are declared)")
-    f.add_argument("--shooting", type=int, default=1, metavar="S", help="multiple-shooting segments")
+    f.add_argument("--shooting", type=int, default=1, metavar="N", help="multiple-shooting segments")
     f.add_argument("--iterations", type=int, default=100, metavar="N",
-                   help="Levenberg-Marquardt iterations in all, shared by the continuation stages")
+                   help="at most N optimiser (Levenberg-Marquardt) iterations in all, shared by the "
+                        "continuation stages (default 100; the fit stops earlier once converged)")
     f.add_argument("--bound", action="append", default=[], metavar="KIND=W", dest="bounds",
                    help="half-width of a nuisance parameter's range: offset=M, bias=RAD_S, "
                         "t_offset=S (repeatable)")
@@ -117,7 +118,7 @@ def main(args) -> int:
     with interrupts() as interrupted:
         res = fit(sc, records, params, sensors=sensors, overrides=parse_sets(args.sets),
                   stabilization=args.stabilization, dt=st["dt"], solver=st["solver"], rtol=st["rtol"],
-                  atol=st["atol"], shooting=args.shooting, max_iterations=args.iterations, bounds=bounds,
+                  atol=st["atol"], shooting=args.shooting, iterations=args.iterations, bounds=bounds,
                   callback=None if args.quiet else _progress, stop=interrupted)
     obj = {"scenario": sc.name, "data": [str(p) for p in args.data],
            "sensors": [s.to_json() for s in sensors], **res.to_json()}

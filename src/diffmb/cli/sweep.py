@@ -1,6 +1,6 @@
 """``diffmb sweep SCENARIO --batch N --set K=lo:hi [--set ...] [--devices all] [--json FILE] [--csv FILE]``
 -> per-member table + throughput (simulated seconds x members per wall second).
-``--set NAME=lo:hi`` spreads NAME over the batch (``--sample linspace``: all ranged names
+``--set NAME=lo:hi`` spreads NAME over the batch (``--sampling linspace``: all ranged names
 move together from lo to hi, which is said on stderr when there are several; ``grid``:
 every combination, ``NAME=lo:hi:n`` points per axis; ``random``: independent uniform
 draws), ``--set NAME=v`` fixes it.
@@ -67,11 +67,12 @@ def add_parser(sub):
         "vmapped batch simulation over parameter ranges; per-member metrics table."))
     design_args(w)
     w.add_argument("--batch", type=int, metavar="N",
-                   help="members (with --sample grid and NAME=lo:hi:n on every axis: their product)")
-    w.add_argument("--sample", choices=("linspace", "grid", "random"), default="linspace",
-                   help="linspace: ranged names move together (the diagonal); grid: every "
-                        "combination; random: independent uniform draws")
-    w.add_argument("--seed", type=int, default=0)
+                   help="members (with --sampling grid and NAME=lo:hi:n on every axis: their product)")
+    w.add_argument("--sampling", choices=("linspace", "grid", "random"), default="linspace",
+                   help="how members are drawn from the ranges: linspace: ranged names move together "
+                        "(the diagonal); grid: every combination; random: independent uniform draws")
+    deprecated(w, "--sample", "--sampling", choices=("linspace", "grid", "random"))
+    w.add_argument("--seed", type=int, default=0, metavar="N", help="the random draws' seed (--sampling random)")
     w.add_argument("--chunk-size", type=int, metavar="N",
                    help="members per compiled (vmapped) call (default 128 on a CPU, 8192 per GPU)")
     deprecated(w, "--chunk", "--chunk-size", type=int, metavar="N")
@@ -144,13 +145,43 @@ def store_settings(sc, args, st, ranges, fixed, members, chunk) -> dict:
         h.update(json.dumps(m, sort_keys=True).encode())
     digest = h.hexdigest()
     return {"scenario": sc.name, "stabilization": args.stabilization, "fixed": fixed,
-            "ranges": {k: list(r) for k, r in ranges.items()}, "sample": args.sample, "seed": args.seed,
+            "ranges": {k: list(r) for k, r in ranges.items()}, "sample": args.sampling, "seed": args.seed,
             "batch": len(members), "members_sha1": digest, **st, "chunk": chunk,
             "chunks": n_chunks(len(members), chunk), "dtype": "float32" if _config.FLOAT32 else "float64"}
 
 
 @one_line_errors
 def main(args) -> int:
+    """Check everything, draw the members, open the store, run, report: the stages below."""
+    engine, devices = _check(args)
+    sc = scenario_of(args)
+    st = run_settings(args, sc)
+    ranges, fixed, members = _members(args, sc)
+    conserved = conserved_by_member(sc, members)
+    store = _open_store(args, sc, st, ranges, fixed, members, conserved, engine, devices)
+    res = _run(args, sc, members, conserved, store, engine, devices, st)
+    cols = sweep_report.columns(res)
+    report = sweep_report.summary(cols, swept=list(ranges))
+    # the run settings every member used (the --json and the table's summary.json keep them):
+    # `diffmb view SWEEP.json --member K` runs a member again with them
+    used = {"solver": st["solver"], "dt": st["dt"], "rtol": st["rtol"], "atol": st["atol"],
+            "stabilization": args.stabilization or sc.stabilization}
+    plotted = _write_outputs(args, sc, res, cols, report, used, ranges)
+    obj = ({"scenario": sc.name, **res.to_json(), **used, "flagged": report["flagged"]}
+           if args.json is not None else None)
+    emit(args, obj, _report_lines(args, res, cols, report, plotted))
+    if res.interrupted:
+        kept = " and ".join(str(p) for p in (args.csv, args.json, args.out) if p is not None)
+        print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
+              + (f", kept in {kept}" if kept else ", printed above")
+              + ("; continue with --resume" if args.out is not None else ""), file=sys.stderr)
+        return INTERRUPTED
+    return 0
+
+
+def _check(args):
+    """Every flag checked before any work: ``(engine, devices)`` (:func:`_engine`; ``devices``
+    as :func:`diffmb.design.batch.sweep` takes it)."""
     check_outputs(json_path=args.json, files=[("--csv", args.csv)])
     check_kept(args, "--csv FILE", "--out DIR")
     if args.resume and args.out is None:
@@ -162,86 +193,99 @@ def main(args) -> int:
             except ImportError as e:
                 raise UsageError(str(e)) from None
     engine = _engine(args)
-    sc = scenario_of(args)
-    st = run_settings(args, sc)
     if args.batch is not None and args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}")
-    if args.batch is None and not (args.sample == "grid" and ranges_all_counted(args)):
-        raise UsageError("--batch N is required (except for --sample grid with NAME=lo:hi:n on every range)")
-    ranges, fixed = _ranges(parse_sets(args.sets))
-    for end in (0, 1):  # names and numbers, both ends of every range
-        sc.resolve({**fixed, **{k: r[end] for k, r in ranges.items()}})
-    fixed = {k: float(v) for k, v in fixed.items()}
-    members = member_values(ranges, fixed, args.batch, sample=args.sample, seed=args.seed)
+    if args.batch is None and not (args.sampling == "grid" and ranges_all_counted(args)):
+        raise UsageError("--batch N is required (except for --sampling grid with NAME=lo:hi:n on every range)")
     if args.metric is not None and (args.metric == "status" or args.metric not in METRICS):
         raise UsageError(f"--metric {args.metric}: one of {', '.join(k for k in METRICS if k != 'status')}")
-    if args.plot is not None and not ranges:
-        raise UsageError("--plot draws a metric over the swept parameters: give a range, --set NAME=lo:hi")
-    if len(ranges) > 1 and args.sample == "linspace" and not args.quiet:
-        print(f"diffmb: {', '.join(ranges)} vary together along the diagonal of their ranges "
-              f"(--sample grid for every combination)", file=sys.stderr)
     devices = args.devices
     if devices not in (None, "all"):
         try:
             devices = int(devices)
         except ValueError:
             raise UsageError(f"--devices: 'all' or a count, got {devices!r}") from None
-    conserved = conserved_by_member(sc, members)
-    done, on_chunk, chunk = {}, None, args.chunk_size
-    if args.out is not None:
-        check_outputs(out_dir=args.out)
-        held = sweep_store.read_meta(args.out) if args.resume else None
-        if chunk is None and held is not None and isinstance(held.get("settings", {}).get("chunk"), int):
-            chunk = held["settings"]["chunk"]  # --resume without --chunk-size takes the store's
-        devs = _devices(devices if engine is None else None)
-        chunk = chunk_size(len(members), default_chunk(devs) if chunk is None else chunk,
-                           len(devs) if engine is None else 1)
-        settings = store_settings(sc, args, st, ranges, fixed, members, chunk)
-        if args.resume and held is None and not args.quiet:
-            print(f"diffmb: --resume: no sweep in {args.out}; starting fresh", file=sys.stderr)
-        done = sweep_store.open_store(args.out, settings, resume=args.resume)
-        if done and not args.quiet:
-            print(f"diffmb: resuming {args.out}: {len(done)} of {settings['chunks']} chunks finished, "
-                  f"running the other {settings['chunks'] - len(done)}", file=sys.stderr)
+    return engine, devices
 
-        def on_chunk(n, metrics):
-            idx, real = chunk_members(n, chunk, len(members))
-            idx = idx[real]
-            sweep_store.write_chunk(args.out, n, sweep_store.chunk_columns(
-                idx, metrics, [members[i] for i in idx], [conserved[i] for i in idx]))
+
+def _members(args, sc):
+    """``(ranges, fixed, members)``: the ``--set`` ranges and fixed values, checked against
+    the scenario at both ends of every range, and the members drawn from them."""
+    ranges, fixed = _ranges(parse_sets(args.sets))
+    for end in (0, 1):  # names and numbers, both ends of every range
+        sc.resolve({**fixed, **{k: r[end] for k, r in ranges.items()}})
+    fixed = {k: float(v) for k, v in fixed.items()}
+    members = member_values(ranges, fixed, args.batch, sample=args.sampling, seed=args.seed)
+    if args.plot is not None and not ranges:
+        raise UsageError("--plot draws a metric over the swept parameters: give a range, --set NAME=lo:hi")
+    if len(ranges) > 1 and args.sampling == "linspace" and not args.quiet:
+        print(f"diffmb: {', '.join(ranges)} vary together along the diagonal of their ranges "
+              f"(--sampling grid for every combination)", file=sys.stderr)
+    return ranges, fixed, members
+
+
+def _open_store(args, sc, st, ranges, fixed, members, conserved, engine, devices) -> dict:
+    """``{"done", "on_chunk", "chunk"}``: with ``--out DIR``, the Parquet store opened (the
+    chunks it holds already, when resuming) and a callback that writes each finished chunk
+    to it; without, nothing done and no callback."""
+    chunk = args.chunk_size
+    if args.out is None:
+        return {"done": {}, "on_chunk": None, "chunk": chunk}
+    check_outputs(out_dir=args.out)
+    held = sweep_store.read_meta(args.out) if args.resume else None
+    if chunk is None and held is not None and isinstance(held.get("settings", {}).get("chunk"), int):
+        chunk = held["settings"]["chunk"]  # --resume without --chunk-size takes the store's
+    devs = _devices(devices if engine is None else None)
+    chunk = chunk_size(len(members), default_chunk(devs) if chunk is None else chunk,
+                       len(devs) if engine is None else 1)
+    settings = store_settings(sc, args, st, ranges, fixed, members, chunk)
+    if args.resume and held is None and not args.quiet:
+        print(f"diffmb: --resume: no sweep in {args.out}; starting fresh", file=sys.stderr)
+    done = sweep_store.open_store(args.out, settings, resume=args.resume)
+    if done and not args.quiet:
+        print(f"diffmb: resuming {args.out}: {len(done)} of {settings['chunks']} chunks finished, "
+              f"running the other {settings['chunks'] - len(done)}", file=sys.stderr)
+
+    def on_chunk(n, metrics):
+        idx, real = chunk_members(n, chunk, len(members))
+        idx = idx[real]
+        sweep_store.write_chunk(args.out, n, sweep_store.chunk_columns(
+            idx, metrics, [members[i] for i in idx], [conserved[i] for i in idx]))
+    return {"done": done, "on_chunk": on_chunk, "chunk": chunk}
+
+
+def _run(args, sc, members, conserved, store, engine, devices, st):
+    """The sweep, in this process or on the Dask workers, stopped by Ctrl-C."""
     system, params = scenario_batch(sc, members, args.stabilization)
     stop_if_interrupted()
+    common = dict(chunk=store["chunk"], progress=not args.quiet, members=members, conserved=conserved,
+                  done=store["done"], on_chunk=store["on_chunk"], **st)
     with interrupts() as interrupted:
         if engine is None:
-            res = sweep(system, params, chunk=chunk, devices=devices, progress=not args.quiet,
-                        members=members, conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
-                        **st)
-        else:
-            from ..design import distributed
+            return sweep(system, params, devices=devices, stop=interrupted, **common)
+        from ..design import distributed
 
-            res = distributed.sweep(system, params, chunk=chunk, progress=not args.quiet, members=members,
-                                    conserved=conserved, stop=interrupted, done=done, on_chunk=on_chunk,
-                                    **engine, **st)
+        return distributed.sweep(system, params, stop=interrupted, **engine, **common)
+
+
+def _write_outputs(args, sc, res, cols, report, used, ranges):
+    """The CSV, the store's consolidated table and summary, the plot; the plot's path."""
     if args.csv is not None and res.batch:
         res.write_csv(args.csv)
-    cols = sweep_report.columns(res)
-    report = sweep_report.summary(cols, swept=list(ranges))
-    # the run settings every member used (the --json and the table's summary.json keep them):
-    # `diffmb view SWEEP.json --member K` runs a member again with them
-    used = {"solver": st["solver"], "dt": st["dt"], "rtol": st["rtol"], "atol": st["atol"],
-            "stabilization": args.stabilization or sc.stabilization}
     if args.out is not None and not res.interrupted:
         sweep_store.consolidate(args.out, {"scenario": sc.name, "t1": res.t1, **used})
     if args.out is not None:
         write_json(args.out / "summary.json", {"scenario": sc.name, "requested": res.requested,
                                                  "finished": res.batch, "t1": res.t1, **used, **report})
-    plotted = None
-    if args.plot is not None and res.batch:
-        metric = sweep_report.pick_metric(cols, args.metric)
-        plotted = sweep_report.plot(cols, args.plot, swept=list(ranges), metric=metric,
-                                    grid=args.sample == "grid", title=f"{sc.name}: {metric}")
-    obj = ({"scenario": sc.name, **res.to_json(), **used, "flagged": report["flagged"]}
-           if args.json is not None else None)
+    if args.plot is None or not res.batch:
+        return None
+    metric = sweep_report.pick_metric(cols, args.metric)
+    return sweep_report.plot(cols, args.plot, swept=list(ranges), metric=metric,
+                             grid=args.sampling == "grid", title=f"{sc.name}: {metric}")
+
+
+def _report_lines(args, res, cols, report, plotted) -> list:
+    """The table, the throughput, the status counts and the members flagged."""
     lines = _table_lines(cols) if res.batch else []
     where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} device(s)"
     ran = res.batch - res.resumed
@@ -264,14 +308,7 @@ def main(args) -> int:
         lines.append(f"plot: {plotted}")
     if args.out is not None:
         lines.append(f"table: {args.out / (sweep_store.MEMBERS if not res.interrupted else sweep_store.PARTS)}")
-    emit(args, obj, lines)
-    if res.interrupted:
-        kept = " and ".join(str(p) for p in (args.csv, args.json, args.out) if p is not None)
-        print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
-              + (f", kept in {kept}" if kept else ", printed above")
-              + ("; continue with --resume" if args.out is not None else ""), file=sys.stderr)
-        return INTERRUPTED
-    return 0
+    return lines
 
 
 def _table_lines(cols, n=20):

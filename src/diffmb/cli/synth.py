@@ -1,7 +1,7 @@
 """``diffmb synth SCENARIO [--set ..] [--t1 --dt --solver] [--sensors S.json] [--noise SIGMA]
 [--t-offset S] [--seed N] --csv FILE | --npz FILE``: a synthetic deployment record (``--csv``,
 ``--npz`` or both): the sensors' outputs (markers, gyros, ...) and/or coordinates (``--columns``,
-default the hinge angles) at ``--samples`` times, with Gaussian noise (``SIGMA`` on every
+default the hinge angles) at ``--points`` times, with Gaussian noise (``SIGMA`` on every
 column, else each sensor's declared ``sigma``). A CSV carries the sensor declarations and
 the record's own values (``--record NAME=VALUE``) in its header."""
 
@@ -33,7 +33,7 @@ def add_parser(sub):
     s = sub.add_parser("synth", help="synthetic deployment data", description=(
         "Simulate a scenario and write sampled sensor outputs or coordinates with Gaussian noise (CSV/npz)."))
     design_args(s)
-    s.add_argument("--sensors", type=Path, metavar="JSON", help="sensor declarations to record")
+    s.add_argument("--sensors", type=Path, metavar="FILE", help="sensor declarations to record")
     s.add_argument("--noise", type=float, default=None, metavar="SIGMA",
                    help="noise std on every column (default: each sensor's sigma; 0 for coordinates)")
     s.add_argument("--t-offset", type=float, default=0.0, metavar="S", dest="t_offset",
@@ -41,8 +41,10 @@ def add_parser(sub):
     s.add_argument("--record", action="append", default=[], metavar="NAME=VALUE", dest="record_sets",
                    help="a value of this record only (its initial fold, tip-off spin), written to the "
                         "CSV header as '# set:' for fit to apply (repeatable)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--samples", type=int, metavar="N", help="sample count (default: every 10 ms, <= 1001)")
+    s.add_argument("--seed", type=int, default=0, metavar="N", help="the noise's seed")
+    s.add_argument("--points", type=int, metavar="N",
+                   help="time points in the record (default: every 10 ms, at most 1001)")
+    deprecated(s, "--samples", "--points", type=int, metavar="N")
     s.add_argument("--columns", metavar="A,B", help="coordinates to record (default without "
                    "--sensors: the hinge angles)")
     s.add_argument("--csv", type=Path, metavar="FILE", help="write the record as CSV (units and the "
@@ -79,7 +81,7 @@ def main(args) -> int:
     sets = parse_sets(args.sets)
     own = parse_sets(args.record_sets)
     data, _ = synth(sc, {**sets, **own}, stabilization=args.stabilization, columns=cols, sensors=sensors,
-                    samples=args.samples, noise=args.noise, t_offset=args.t_offset, seed=args.seed, **st)
+                    samples=args.points, noise=args.noise, t_offset=args.t_offset, seed=args.seed, **st)
     comments = [f"sensor: {json.dumps(s.to_json())}" for s in sensors]
     if own:
         comments.append("set: " + " ".join(f"{k}={v}" for k, v in own.items()))

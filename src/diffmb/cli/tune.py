@@ -30,13 +30,21 @@ def add_parser(sub):
         "Tune scenario parameters (e.g. Baumgarte gains a,b) with Adam on a loss of the run."))
     design_args(t)
     t.add_argument("--params", required=True, metavar="A,B", help="parameters to tune")
-    t.add_argument("--iterations", type=int, default=50, metavar="N", help="optimiser (Adam) iterations")
+    t.add_argument("--iterations", type=int, default=50, metavar="N",
+                   help="at most N optimiser (Adam) iterations (default 50; tuning stops earlier at the "
+                        "integrator's floor or when the loss stops improving)")
     deprecated(t, "--steps", "--iterations", type=int, metavar="N")
-    t.add_argument("--lr", type=float, default=0.1, help="Adam learning rate (log space)")
+    t.add_argument("--learning-rate", type=float, default=0.1, metavar="RATE",
+                   help="Adam's learning rate, in log space (default 0.1)")
+    deprecated(t, "--lr", "--learning-rate", type=float, metavar="RATE")
     t.add_argument("--loss", default="violation", metavar="NAME",
                    help=f"{', '.join(LOSSES)}, or one of the scenario's own (solar-sail-slew: slew)")
-    t.add_argument("--w-energy", type=float, default=0.0, help="weight on energy drift")
-    t.add_argument("--w-momentum", type=float, default=0.0, help="weight on angular-momentum drift")
+    t.add_argument("--weight-energy", type=float, default=0.0, metavar="W",
+                   help="the violation loss's weight on energy drift (default 0)")
+    deprecated(t, "--w-energy", "--weight-energy", type=float, metavar="W")
+    t.add_argument("--weight-momentum", type=float, default=0.0, metavar="W",
+                   help="the violation loss's weight on angular-momentum drift (default 0)")
+    deprecated(t, "--w-momentum", "--weight-momentum", type=float, metavar="W")
 
 
 @one_line_errors
@@ -57,8 +65,8 @@ def main(args) -> int:
     stop_if_interrupted()
     with interrupts() as interrupted:
         res = tune(sc, params, overrides=parse_sets(args.sets), stabilization=args.stabilization,
-                   steps=args.iterations, learning_rate=args.lr, loss=args.loss,
-                   loss_weights=({"w_energy": args.w_energy, "w_momentum": args.w_momentum}
+                   iterations=args.iterations, learning_rate=args.learning_rate, loss=args.loss,
+                   loss_weights=({"w_energy": args.weight_energy, "w_momentum": args.weight_momentum}
                                  if args.loss == "violation" else None), callback=show,
                    stop=interrupted, **st)
     obj = {"scenario": sc.name, **res.to_json()}

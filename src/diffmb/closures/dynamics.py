@@ -18,7 +18,7 @@ Redundant closures (rigid-origami loops over-constrain the tree) are the norm, a
 where a branch that unfolds the columns meets one that unfolds the rows. The solve needs
 no rank decision (see :mod:`diffmb.closures.constraint_solve`); the rank is *reported*, once at
 build time (:func:`diffmb.closures.nodes.analyse`) and along the run (the ``closure_rank``
-diagnostic, :func:`diffmb.closures.constraint_solve.numerical_rank`).
+diagnostic, :func:`diffmb.closures.constraint_constraint_solve.numerical_rank`).
 """
 
 from __future__ import annotations
@@ -31,18 +31,18 @@ from ..math import small_cholesky, spatial as sp
 from ..tree import api, crba, rnea
 from ..tree.kinematics import kinematics, world_velocities
 from ..tree.layout import layout
-from . import constraint_solve as solve, nodes as cl
+from . import constraint_solve, nodes as cl
 
 
-def blocks(ws, nodes, nv) -> solve.Blocks:
+def blocks(ws, nodes, nv) -> constraint_solve.Blocks:
     """The closure Jacobian ``G`` of the workspace's state, in blocks."""
-    return solve.Blocks(cl.jacobian_blocks(ws, nodes), nodes.paths, nv)
+    return constraint_solve.Blocks(cl.jacobian_blocks(ws, nodes), nodes.paths, nv)
 
 
 def plan(model, nodes):
     """The block order in which ``M + rho G^T G`` is factored, ``None`` for dense
-    (:func:`diffmb.closures.constraint_solve.plan_for`)."""
-    return solve.plan_for(layout(model), nodes.paths)
+    (:func:`diffmb.closures.constraint_constraint_solve.plan_for`)."""
+    return constraint_solve.plan_for(layout(model), nodes.paths)
 
 
 def _per_row(nodes, x, dtype):
@@ -74,7 +74,7 @@ def constrained_dynamics(model, ws, tau, nodes, gains=None, f_ext=None):
     """
     M = crba.mass_matrix_ws(model, ws)
     f = tau - rnea.bias_forces_ws(model, ws, f_ext)
-    F = solve.factor(M, blocks(ws, nodes, model.nv), plan=plan(model, nodes))
+    F = constraint_solve.factor(M, blocks(ws, nodes, model.nv), plan=plan(model, nodes))
     return F.solve(f, acceleration_target(ws, nodes, gains))
 
 
@@ -117,7 +117,7 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
     def linearise(q):
         ws = kinematics(model, q)
         M = crba.mass_matrix_ws(model, ws)
-        return ws, M, solve.factor(M, blocks(ws, nodes, nv), plan=plan(model, nodes))
+        return ws, M, constraint_solve.factor(M, blocks(ws, nodes, nv), plan=plan(model, nodes))
 
     def gn(carry, stop: bool):
         i, _, q, _, _, h0 = carry

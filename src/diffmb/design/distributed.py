@@ -49,6 +49,7 @@ import uuid
 import warnings
 import weakref
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -417,11 +418,12 @@ def sweep(system, params_batch, *, t1, workers=None, address=None, client=None, 
             cluster = local_cluster(int(workers))
             client = Client(cluster)
             pin_workers(client)
+    run = dict(t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol, saveat=saveat, max_violation=max_violation,
+               flat_tol_deg=flat_tol_deg)
     try:
-        return _sweep(client, system, params_batch, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol,
-                      x0_batch=x0_batch, saveat=saveat, chunk=chunk, max_violation=max_violation,
-                      flat_tol_deg=flat_tol_deg, progress=progress, members=members, conserved=conserved,
-                      stop=stop, done=done, on_chunk=on_chunk, poll_s=poll_s)
+        job = _job(client, system, params_batch, x0_batch, chunk, run)
+        scheduler = _Scheduler(client, job, dict(done or {}), on_chunk=on_chunk, poll_s=poll_s)
+        return scheduler.run(progress=progress, stop=stop, members=members, conserved=conserved)
     finally:
         if cluster is not None or address is not None:
             client.close()
@@ -429,117 +431,161 @@ def sweep(system, params_batch, *, t1, workers=None, address=None, client=None, 
             cluster.close()
 
 
-def _sweep(client, system, params_batch, *, t1, dt, solver, rtol, atol, x0_batch, saveat, chunk,
-           max_violation, flat_tol_deg, progress, members, conserved, stop, done, on_chunk, poll_s):
+class _Job(NamedTuple):
+    """What every task of one sweep shares: the pickled per-member run and its token, the
+    members' params (numpy, sliced per chunk) and initial states, their count, the chunk."""
+
+    member: bytes
+    token: str
+    dyn: object
+    x0: np.ndarray
+    batch: int
+    chunk: int
+    t1: float
+
+
+def _job(client, system, params_batch, x0_batch, chunk, run) -> _Job:
+    """The sweep as tasks carry it: :func:`diffmb.design.batch.member_runner` pickled (a few kB),
+    the params' arrays as numpy, and the chunk (a worker's default when not given)."""
     import cloudpickle
-    from distributed import wait
 
     dyn, static = eqx.partition(params_batch, eqx.is_array)
     B = _batch_size(dyn, x0_batch)
     if chunk is None:
         chunk = client.submit(worker_chunk, pure=False).result()
-    chunk = chunk_size(B, int(chunk))
-    member = member_runner(system, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol, saveat=saveat,
-                           max_violation=max_violation, flat_tol_deg=flat_tol_deg,
-                           with_x0=x0_batch is not None)
-    job = cloudpickle.dumps((member, static))
-    token = hashlib.sha1(job).hexdigest()[:16]
-    run, code = uuid.uuid4().hex[:8], code_fingerprint()
-    dyn_np = jax.tree_util.tree_map(np.asarray, dyn)
-    x0 = np.asarray(jnp.zeros((B, 1)) if x0_batch is None else x0_batch)
-    pieces = dict(done or {})
-    todo = collections.deque(n for n in range(n_chunks(B, chunk)) if n not in pieces)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    member = member_runner(system, **run, with_x0=x0_batch is not None)
+    blob = cloudpickle.dumps((member, static))
+    return _Job(member=blob, token=hashlib.sha1(blob).hexdigest()[:16],
+                dyn=jax.tree_util.tree_map(np.asarray, dyn),
+                x0=np.asarray(jnp.zeros((B, 1)) if x0_batch is None else x0_batch),
+                batch=B, chunk=chunk_size(B, int(chunk)), t1=run["t1"])
 
-        bar = tqdm(total=B, initial=sum(len(p["status"]) for p in pieces.values()), desc="sweep", unit="member")
-    pending, running, seen, other, runs, backed = {}, RunningSince(), set(), set(), [], set()
-    compile_s = 0.0
-    shipped = False  # whether the exported program is published to the workers
 
-    order = {}
+class _Scheduler:
+    """The driver's loop over one sweep's chunks: keep a few queued per worker
+    (:meth:`_submit_more`), back up stragglers, take what comes back (:meth:`_take`)."""
 
-    def submit(n, key, on=None):
-        idx, _ = chunk_members(n, chunk, B)
-        f = client.submit(_run_task, token, job, _dtype(), _take(dyn_np, idx), x0[idx], not shipped, key=key,
-                          pure=False, workers=on, allow_other_workers=on is not None)
-        pending[f] = n
-        order.setdefault(n, len(order))
-        running.handed_out(f, time.perf_counter(), workers)
+    def __init__(self, client, job: _Job, pieces: dict, *, on_chunk, poll_s):
+        self.client, self.job, self.pieces = client, job, pieces
+        self.on_chunk, self.poll_s = on_chunk, poll_s
+        self.todo = collections.deque(n for n in range(n_chunks(job.batch, job.chunk)) if n not in pieces)
+        self.run_id, self.code = uuid.uuid4().hex[:8], code_fingerprint()
+        self.pending, self.running, self.order = {}, RunningSince(), {}
+        self.seen, self.other, self.runs, self.backed = set(), set(), [], set()
+        self.compile_s = 0.0
+        self.shipped = False  # whether the exported program is published to the workers
+        self.workers = 1
+        self.bar = None
 
-    def held():
+    def run(self, *, progress, stop, members, conserved):
+        """Every chunk not in ``pieces`` run on the workers; the assembled sweep result."""
+        job, done = self.job, list(self.pieces)
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=job.batch, initial=sum(len(p["status"]) for p in self.pieces.values()),
+                            desc="sweep", unit="member")
+        self.client.run(importlib.import_module, __name__)  # every worker imports JAX and diffmb first
+        tic = time.perf_counter()
+        interrupted = False
+        try:
+            while True:
+                self.workers = max(len(self.client.scheduler_info().get("workers", {})), 1)
+                self._submit_more()
+                if not self.pending:
+                    break
+                if stop is not None and stop():
+                    interrupted = True
+                    break
+                self._take()
+        finally:
+            self._close()
+        elapsed = time.perf_counter() - tic
+        return assemble(self.pieces, batch=job.batch, chunk=job.chunk, t1=job.t1,
+                        wall_s=max(elapsed - self.compile_s, 0.0), compile_s=self.compile_s,
+                        devices=max(len(self.seen), 1), members=members, conserved=conserved,
+                        interrupted=interrupted and len(self.pieces) < n_chunks(job.batch, job.chunk),
+                        workers=len(self.seen), resumed=done, busy_s=float(sum(self.runs)))
+
+    def _submit(self, n, key, on=None):
+        job = self.job
+        idx, _ = chunk_members(n, job.chunk, job.batch)
+        f = self.client.submit(_run_task, job.token, job.member, _dtype(), _take(job.dyn, idx), job.x0[idx],
+                               not self.shipped, key=key, pure=False, workers=on,
+                               allow_other_workers=on is not None)
+        self.pending[f] = n
+        self.order.setdefault(n, len(self.order))
+        self.running.handed_out(f, time.perf_counter(), self.workers)
+
+    def _held(self):
         """worker -> the chunks the scheduler has given it (a round trip: asked at the tail only)."""
-        chunk_of = {f.key: n for f, n in pending.items()}
-        return {w: [chunk_of[k] for k in keys if k in chunk_of] for w, keys in client.processing().items()}
+        chunk_of = {f.key: n for f, n in self.pending.items()}
+        return {w: [chunk_of[k] for k in keys if k in chunk_of] for w, keys in self.client.processing().items()}
 
-    client.run(importlib.import_module, __name__)  # every worker imports JAX and diffmb before the clock starts
-    tic = time.perf_counter()
-    interrupted = False
-    try:
-        while True:
-            workers = max(len(client.scheduler_info().get("workers", {})), 1)
-            while len(pending) < 2 * workers + 2 and todo:
-                n = todo.popleft()
-                submit(n, f"diffmb-chunk-{run}-{n}")
-            if not pending:
-                break
-            copies = [(n, None) for n in stragglers(pending, running.since, runs, backed, workers, time.perf_counter())]
-            if runs and not todo and len(set(pending.values())) >= workers:
-                now_held = held()
-                idle = [w for w, chunks in now_held.items() if not chunks]
-                copies += zip(queued_behind(now_held, order, backed | {n for n, _ in copies}), idle)
-            for n, on in copies:
-                backed.add(n)  # a second copy, for an idle worker: the first result to come back counts
-                submit(n, f"diffmb-chunk-{run}-{n}-again", None if on is None else [on])
-            if stop is not None and stop():
-                interrupted = True
-                break
-            try:
-                finished = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED").done
-            except TimeoutError:
+    def _submit_more(self):
+        """Chunks queued up to ``2 x workers + 2``; at the tail, second copies of stragglers
+        and of chunks queued behind a busy worker, for idle workers."""
+        while len(self.pending) < 2 * self.workers + 2 and self.todo:
+            n = self.todo.popleft()
+            self._submit(n, f"diffmb-chunk-{self.run_id}-{n}")
+        if not self.pending:
+            return
+        copies = [(n, None) for n in stragglers(self.pending, self.running.since, self.runs, self.backed,
+                                                 self.workers, time.perf_counter())]
+        if self.runs and not self.todo and len(set(self.pending.values())) >= self.workers:
+            now_held = self._held()
+            idle = [w for w, chunks in now_held.items() if not chunks]
+            copies += zip(queued_behind(now_held, self.order, self.backed | {n for n, _ in copies}), idle)
+        for n, on in copies:
+            self.backed.add(n)  # a second copy, for an idle worker: the first result to come back counts
+            self._submit(n, f"diffmb-chunk-{self.run_id}-{n}-again", None if on is None else [on])
+
+    def _take(self):
+        """Wait up to ``poll_s`` for chunks; keep each one that finished first (cancelling
+        its second copy), publish the exported program once, report each chunk."""
+        from distributed import wait
+
+        try:
+            finished = wait(list(self.pending), timeout=self.poll_s, return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            return
+        for f in finished:
+            if f not in self.pending:  # the other copy of a chunk that has just been taken
                 continue
-            for f in finished:
-                if f not in pending:  # the other copy of a chunk that has just been taken
-                    continue
-                n = pending.pop(f)
-                running.came_back(f, time.perf_counter(), workers)
-                out, took, ran, worker, theirs, blob = f.result()  # a chunk that raised raises here
-                f.release()  # the worker may drop it now
-                if blob is not None and not shipped:
-                    # held on every worker there is: one that joins later fetches it from one of them
-                    client.publish_dataset(client.scatter(blob, broadcast=True, hash=False),
-                                           name=_program_name(token), override=True)
-                    shipped = True
-                twins = [g for g, m in pending.items() if m == n]
-                if twins:
-                    client.cancel(twins)
-                    for g in twins:
-                        pending.pop(g)
-                        running.came_back(g, time.perf_counter(), workers)
-                if theirs != code and theirs not in other:
-                    other.add(theirs)
-                    warnings.warn(f"worker {worker} runs other diffmb source files ({theirs}) than this "
-                                  f"process ({code}): install the same diffmb everywhere, or its numbers "
-                                  f"may differ", stacklevel=2)
-                compile_s = max(compile_s, took)
-                runs.append(ran)
-                seen.add(worker)
-                real = chunk_members(n, chunk, B)[1]
-                pieces[n] = {k: v[real] for k, v in out.items()}
-                if on_chunk is not None:
-                    on_chunk(n, pieces[n])
-                if bar is not None:
-                    bar.update(int(real.sum()))
-    finally:
-        if pending:
-            client.cancel(list(pending))
-        if shipped:
-            client.unpublish_dataset(_program_name(token))
-        if bar is not None:
-            bar.close()
-    elapsed = time.perf_counter() - tic
-    return assemble(pieces, batch=B, chunk=chunk, t1=t1, wall_s=max(elapsed - compile_s, 0.0),
-                    compile_s=compile_s, devices=max(len(seen), 1), members=members, conserved=conserved,
-                    interrupted=interrupted and len(pieces) < n_chunks(B, chunk), workers=len(seen),
-                    resumed=list(done or ()), busy_s=float(sum(runs)))
+            n = self.pending.pop(f)
+            self.running.came_back(f, time.perf_counter(), self.workers)
+            out, took, ran, worker, theirs, blob = f.result()  # a chunk that raised raises here
+            f.release()  # the worker may drop it now
+            if blob is not None and not self.shipped:
+                # held on every worker there is: one that joins later fetches it from one of them
+                self.client.publish_dataset(self.client.scatter(blob, broadcast=True, hash=False),
+                                            name=_program_name(self.job.token), override=True)
+                self.shipped = True
+            twins = [g for g, m in self.pending.items() if m == n]
+            if twins:
+                self.client.cancel(twins)
+                for g in twins:
+                    self.pending.pop(g)
+                    self.running.came_back(g, time.perf_counter(), self.workers)
+            if theirs != self.code and theirs not in self.other:
+                self.other.add(theirs)
+                warnings.warn(f"worker {worker} runs other diffmb source files ({theirs}) than this "
+                              f"process ({self.code}): install the same diffmb everywhere, or its numbers "
+                              f"may differ", stacklevel=3)
+            self.compile_s = max(self.compile_s, took)
+            self.runs.append(ran)
+            self.seen.add(worker)
+            real = chunk_members(n, self.job.chunk, self.job.batch)[1]
+            self.pieces[n] = {k: v[real] for k, v in out.items()}
+            if self.on_chunk is not None:
+                self.on_chunk(n, self.pieces[n])
+            if self.bar is not None:
+                self.bar.update(int(real.sum()))
+
+    def _close(self):
+        if self.pending:
+            self.client.cancel(list(self.pending))
+        if self.shipped:
+            self.client.unpublish_dataset(_program_name(self.job.token))
+        if self.bar is not None:
+            self.bar.close()

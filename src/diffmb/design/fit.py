@@ -249,9 +249,9 @@ def fit(scenario: Scenario | str | Binding, data: Data | Record | Sequence[Data 
         stabilization: str | None = None, dt: float | None = None, solver: str | None = None,
         rtol: float | None = None, atol: float | None = None, weights: dict | None = None,
         bounds: dict | None = None, shooting: int = 1, continuity_scale: float = 1e-3,
-        log: bool | Sequence[str] | None = None, continuation: bool = True, max_iterations: int = 100,
+        log: bool | Sequence[str] | None = None, continuation: bool = True, iterations: int = 100,
         tol: float = 1e-8, lm_lambda: float = 1e-3, callback: Callable | None = None,
-        stop: Callable[[], bool] | None = None) -> FitResult:
+        stop: Callable[[], bool] | None = None, max_iterations: int | None = None) -> FitResult:
     """Fit ``names`` to ``data`` (module docstring).
 
     ``scenario``: a Scenario, its name, or a :class:`~diffmb.design.binding.Binding`; the starting
@@ -269,8 +269,9 @@ def fit(scenario: Scenario | str | Binding, data: Data | Record | Sequence[Data 
     noise and the standard errors hold. Parameters that start at or above zero are kept
     there (a bound, not a log transform); ``log``: names to fit as ``log(value)``.
     ``continuation``: fit growing prefixes of the records (10, 25, 50, 100 %; off with
-    shooting; ``False``: all at once; or a tuple of fractions). ``max_iterations``: the
-    Levenberg-Marquardt iterations of the whole fit, shared by its stages (each stage may
+    shooting; ``False``: all at once; or a tuple of fractions). ``iterations``: at most
+    that many Levenberg-Marquardt iterations for the whole fit (``max_iterations=`` is the
+    0.1 spelling), shared by its stages (each stage may
     use what the earlier ones left, keeping one for every later stage; with fewer than
     there are stages, only the longest horizons are fitted). A stage stops when the
     relative decrease of the cost or the step falls below ``tol``.
@@ -289,16 +290,20 @@ def fit(scenario: Scenario | str | Binding, data: Data | Record | Sequence[Data 
     pb = problem(scenario, data, names, sensors=sensors, overrides=overrides, stabilization=stabilization,
                  dt=dt, solver=solver, rtol=rtol, atol=atol, weights=weights, bounds=bounds, shooting=shooting,
                  continuity_scale=continuity_scale, log=log)
-    if max_iterations < 1:
-        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+    if max_iterations is not None:
+        warnings.warn("fit(max_iterations=) is now fit(iterations=) (max_iterations= goes in diffmb 0.3)",
+                      DeprecationWarning, stacklevel=2)
+        iterations = max_iterations
+    if iterations < 1:
+        raise ValueError(f"iterations must be at least 1, got {iterations}")
     if shooting > 1:
         continuation = False if continuation is True else continuation
     lm = _Solver(pb, tol=tol, lm_lambda=lm_lambda, callback=callback,
-                 stopped=(lambda: False) if stop is None else stop, left=int(max_iterations))
+                 stopped=(lambda: False) if stop is None else stop, left=int(iterations))
     t_loop = time.perf_counter()
-    res, z, r, J, initial_rms = _continuation(lm, pb, continuation, max_iterations)
+    res, z, r, J, initial_rms = _continuation(lm, pb, continuation, iterations)
     res, z, r, J, w = _reweighted(lm, pb, res, z, r, J)
-    result, unidentified = _result(lm, pb, res, z, r, J, w, initial_rms, max_iterations, t_loop)
+    result, unidentified = _result(lm, pb, res, z, r, J, w, initial_rms, iterations, t_loop)
     _warn(result.warnings, unidentified)
     return result
 
@@ -353,13 +358,13 @@ class _Solver:
         return z, r, J
 
 
-def _continuation(lm, pb, continuation, max_iterations):
+def _continuation(lm, pb, continuation, iterations):
     """Fit growing prefixes of the records (:func:`_stages`; only the longest horizons
     when the budget is short, each stage keeping one iteration for every later one).
     Returns ``(res, z, r, J, initial_rms)``."""
     res, z, t = pb.res, pb.z, pb.t
     initial_rms = None
-    stages = _stages(continuation)[-int(max_iterations):]
+    stages = _stages(continuation)[-int(iterations):]
     if len(stages) > 1:
         tic = time.perf_counter()
         lm.seen_full = np.linalg.norm(np.asarray(residual_and_jacobian(res, jnp.asarray(z))[1]), axis=0)
@@ -405,7 +410,7 @@ def _standard_errors(Jn, r, J, gof, n_fit, names):
     return se_noise, se_scaled, ident
 
 
-def _result(lm, pb, res, z, r, J, w, initial_rms, max_iterations, t_loop):
+def _result(lm, pb, res, z, r, J, w, initial_rms, iterations, t_loop):
     """The :class:`FitResult` at ``z`` (values, standard errors on the basis the
     goodness-of-fit test picks, the warnings that say what not to trust) and the
     identifiability warnings among its ``warnings``."""
@@ -430,7 +435,7 @@ def _result(lm, pb, res, z, r, J, w, initial_rms, max_iterations, t_loop):
         names=names, params=dict(zip(names, map(float, values))),
         stderr=dict(zip(names, map(float, se))), rms=_rms(pred, y, mask),
         initial={**dict(zip(pb.physics, map(float, pb.start))), **{n: 0.0 for n in names[p:]}},
-        initial_rms=initial_rms, iterations=int(max_iterations) - lm.left,
+        initial_rms=initial_rms, iterations=int(iterations) - lm.left,
         converged=bool(lm.converged) and not trust_breaks(trust) and not stopped(),
         history=lm.history, wall_s=time.perf_counter() - t_loop - lm.compile_s, compile_s=lm.compile_s,
         correlation=ident["correlation"].tolist(), condition=ident["condition"],

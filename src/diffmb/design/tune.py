@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -273,11 +274,12 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
          stabilization: str | None = None, t1: float | None = None, dt: float | None = None,
          solver: str | None = None, rtol: float | None = None, atol: float | None = None,
          saveat: int = 201, loss: str | Callable = "violation", loss_weights: dict | None = None,
-         steps: int = 100, learning_rate: float = 0.1, clip: float = 1.0, patience: int = 15,
+         iterations: int = 50, learning_rate: float = 0.1, clip: float = 1.0, patience: int = 15,
          min_rel_improvement: float = 1e-3, log: bool | Sequence[str] | None = None,
          zero_start: float = 0.1, divergence_penalty: float = 1e3, max_violation: float = 1.0,
          callback: Callable | None = None, progress: bool = False, stop_at_floor: bool = True,
-         stop: Callable[[], bool] | None = None, derivatives: str = "auto") -> TuneResult:
+         stop: Callable[[], bool] | None = None, derivatives: str = "auto",
+         steps: int | None = None) -> TuneResult:
     """Minimise ``loss`` over scenario parameters ``names`` with Adam (see module doc).
 
     ``scenario``: a :class:`~diffmb.scenarios.Scenario` (or its name) or a ready
@@ -293,7 +295,12 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
     checked after every iteration; when it returns True tuning ends there with
     ``stopped = "interrupted"`` and the best values so far. ``derivatives``: ``"forward"``,
     ``"reverse"`` or ``"auto"`` (forward up to :data:`FORWARD_MAX` values; module doc).
+    ``iterations``: at most that many Adam steps (``steps=`` is the 0.1 spelling).
     """
+    if steps is not None:
+        warnings.warn("tune(steps=) is now tune(iterations=) (steps= goes in diffmb 0.3)", DeprecationWarning,
+                      stacklevel=2)
+        iterations = steps
     scenario, b, st = _bind(scenario, names, overrides, stabilization, t1=t1, dt=dt, solver=solver,
                             rtol=rtol, atol=atol)
     names = b.names
@@ -313,7 +320,7 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
     opt = optax.chain(optax.zero_nans(), optax.clip_by_global_norm(clip), optax.adam(learning_rate))
     tic = time.perf_counter()
     history, best, best_loss, stopped, compile_s = _descend(
-        obj, jnp.asarray(start), opt, steps=steps, patience=patience, min_rel_improvement=min_rel_improvement,
+        obj, jnp.asarray(start), opt, steps=iterations, patience=patience, min_rel_improvement=min_rel_improvement,
         floor=floor, callback=callback, progress=progress, stop=stop)
     if initial_loss < best_loss:
         best, best_loss = initial, initial_loss

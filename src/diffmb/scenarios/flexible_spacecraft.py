@@ -31,7 +31,7 @@
     ``slew_time`` seconds; its internal load (the hinge torque, Fig. 4) is
     ``diagnostics["load"]``. Bodies 3 and 4 start with small joint rates.
 
-``speeds`` = 0 (efficient) / 1 (customary); ``method`` = 0 (recursive) / 1 (dense).
+``speeds`` = 0 (efficient) / 1 (customary); ``algorithm`` = 0 (recursive) / 1 (dense).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def _sail(v, stabilization):
                "ramp": jnp.asarray(float(v["slew_ramp"])),
                "boom_length": jnp.asarray(float(v["boom_length"]))}
     system = fx.build(
-        [body], speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
+        [body], speeds=_choice(v, "speeds", fx.SPEEDS), algorithm=_choice(v, "algorithm", fx.ALGORITHMS),
         geometric_stiffening=bool(v["geometric_stiffening"]), torque_fn=_bang_bang, forcing=forcing,
         outputs=(("tip_px", "sail", "tip_px"), ("tip_py", "sail", "tip_py")))
     return system, system.default_params()
@@ -169,7 +169,7 @@ def _four(v, stabilization):
         fx.FlexBody("body4", data, "body3", "spherical", hinge="tip", u0=[float(v["rate4"]), 0.0, 0.0]),
     ]
     system = fx.build(
-        bodies, speeds=_choice(v, "speeds", fx.SPEEDS), method=_choice(v, "method", fx.METHODS),
+        bodies, speeds=_choice(v, "speeds", fx.SPEEDS), algorithm=_choice(v, "algorithm", fx.ALGORITHMS),
         geometric_stiffening=bool(v["geometric_stiffening"]),
         prescribed_params={"body2": {"A": jnp.asarray(float(v["slew_angle"])),
                                      "T": jnp.asarray(float(v["slew_time"]))}},
@@ -185,7 +185,7 @@ register(Scenario(
     defaults={"boom_length": 20.0, "n_elements": 12, "boom_mu": 0.1, "EI_out": 200.0, "EI_in": 320.0,
               "membrane_rho": 0.005, "tip_mass": 0.05, "hub_mass": 100.0, "hub_ixx": 20.0, "hub_izz": 30.0,
               "damping_ratio": 0.005, "torque": 1.0, "t_switch": 30.0, "axis_x": 0.0, "axis_y": 0.0,
-              "axis_z": 1.0, "slew_angle": 0.0, "slew_ramp": 0.5, "speeds": 0.0, "method": 0.0,
+              "axis_z": 1.0, "slew_angle": 0.0, "slew_ramp": 0.5, "speeds": 0.0, "algorithm": 0.0,
               "geometric_stiffening": 1.0},
     t1=300.0, dt=0.02, solver="rk4",
     losses={"slew": slew_loss},
@@ -198,6 +198,6 @@ register(Scenario(
     build=_four,
     defaults={"length": 2.0, "n_elements": 8, "EI": 6.0, "EI_ratio": 2.0, "mu": 1.0, "joint_mass": 0.5,
               "joint_inertia": 0.02, "damping_ratio": 0.01, "slew_angle": 1.0, "slew_time": 4.0,
-              "rate3": 0.2, "rate4": 0.3, "speeds": 0.0, "method": 0.0, "geometric_stiffening": 1.0},
+              "rate3": 0.2, "rate4": 0.3, "speeds": 0.0, "algorithm": 0.0, "geometric_stiffening": 1.0},
     t1=10.0, dt=5e-3, solver="rk4",
 ))

@@ -27,7 +27,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import diffrax as dfx
 import equinox as eqx
@@ -360,12 +360,26 @@ def simulate(
     if _compile_only:
         return args
     tr = _solve(*args)
-    return _with_diagnostics(tr, system, args[2], args[3]) if diagnostics else tr
+    return _with_diagnostics(tr, system, args.params, args.x0) if diagnostics else tr
+
+
+class _Prepared(NamedTuple):
+    """The validated arguments of the jitted solve, in :func:`_solve`'s order."""
+
+    run: _Run
+    system: System
+    params: PyTree
+    x0: jax.Array
+    t0: jax.Array
+    t1: jax.Array
+    dt0: jax.Array | None
+    ts: jax.Array
+    max_violation: jax.Array
 
 
 def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_steps, events,
-             progress, max_violation, adjoint) -> tuple:
-    """Validated arguments of the jitted solve: ``(run, system, params, x0, t0, t1, dt0, ts, vmax)``."""
+             progress, max_violation, adjoint) -> _Prepared:
+    """Validated arguments of the jitted solve (see :class:`_Prepared`)."""
     solver, t0f, t1f, events = _check_run(system, t1=t1, t0=t0, dt=dt, solver=solver, rtol=rtol, atol=atol,
                                           events=events)
     fixed = solver in FIXED_SOLVERS
@@ -399,10 +413,8 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
         form=spatial.contraction_form(),
     )
     _adjoint(adjoint)  # validate before tracing
-    args = (run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
-            jnp.asarray(ts, dtype),
-            jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
-    return args
+    return _Prepared(run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
+                     jnp.asarray(ts, dtype), jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
 
 
 def _check_run(system, *, t1, t0, dt, solver, rtol, atol, events):
@@ -454,8 +466,8 @@ def states_at(system: System, ts, *, t1: float, params, x0=None, t0: float = 0.0
     args = _prepare(system, t1=t1, t0=t0, x0=x0, params=params, dt=dt, solver=solver, rtol=rtol,
                     atol=atol, saveat=np.linspace(float(t0), float(t1), n), max_steps=None,
                     events=None, progress=False, max_violation=None, adjoint="direct")
-    run = dataclasses.replace(args[0], project_saves=system.has_projection)
-    tr = _solve(run, *args[1:7], jnp.asarray(ts, args[7].dtype), args[8])
+    run = dataclasses.replace(args.run, project_saves=system.has_projection)
+    tr = _solve(*args._replace(run=run, ts=jnp.asarray(ts, args.ts.dtype)))
     return tr.xs, tr.status_code
 
 
@@ -482,7 +494,7 @@ def compile_simulation(system: System, **kwargs):
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="diffmb-compile")
     try:
         solve_compiled = pool.submit(lowered.compile)
-        diagnose = _compile_diagnostics(system, args[2], args[3], args[0].form)
+        diagnose = _compile_diagnostics(system, args.params, args.x0, args.run.form)
         compiled = solve_compiled.result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -490,9 +502,9 @@ def compile_simulation(system: System, **kwargs):
 
     def run(**changes):
         new = simulate(system, _compile_only=True, **{**kwargs, **changes}) if changes else args
-        if new[0] != args[0] or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
+        if new.run != args.run or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
             raise ValueError(f"compile_simulation: {sorted(changes)} change the compiled structure")
-        return _with_diagnostics(compiled(*new), system, new[2], new[3], diagnose, args[0].form)
+        return _with_diagnostics(compiled(*new), system, new.params, new.x0, diagnose, args.run.form)
 
     return run, seconds
 

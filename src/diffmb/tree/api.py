@@ -18,6 +18,8 @@ All functions take one state; ``jax.vmap`` batches them over states and/or model
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 from jax import Array
@@ -103,21 +105,41 @@ def coordinate_rates(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
 
 # ---------------------------------------------------------------------------- dynamics
 
-BACKENDS = ("aba", "crba")
+#: How a formulation that offers the choice computes its accelerations, the one word for
+#: it everywhere (``forward_dynamics``, ``TreeSystem``, the flexible ``build``):
+#: ``recursive`` (O(n), never forming the mass matrix: the articulated-body algorithm,
+#: Banerjee's recursion) or ``dense`` (the mass matrix and its Cholesky factor: O(n^3) but
+#: fewer, larger kernels, cheaper for one state of a small tree).
+ALGORITHMS = ("recursive", "dense")
+#: Values of the 0.1 keywords (``backend=``, ``dynamics=``), accepted for one release.
+_OLD_ALGORITHMS = {"aba": "recursive", "crba": "dense"}
+
+
+def choose_algorithm(algorithm: str, old: str | None = None, old_keyword: str = "",
+                     allowed: tuple = ALGORITHMS) -> str:
+    """``algorithm`` checked against ``allowed``; a value given by the 0.1 keyword
+    ``old_keyword`` (``old``, e.g. ``backend="aba"``) is taken instead, with one
+    DeprecationWarning."""
+    if old is not None:
+        warnings.warn(f"{old_keyword}={old!r} is now algorithm={_OLD_ALGORITHMS.get(old, old)!r} "
+                      f"({old_keyword}= goes in diffmb 0.3)", DeprecationWarning, stacklevel=3)
+        algorithm = _OLD_ALGORITHMS.get(old, old)
+    if algorithm not in allowed:
+        raise ValueError(f"algorithm: expected one of {', '.join(allowed)}, got {algorithm!r}")
+    return algorithm
 
 
 def forward_dynamics(model: Model, q: ArrayLike, qd: ArrayLike, tau: ArrayLike, f_ext: ArrayLike | None = None,
-                     *, backend: str = "aba") -> Array:
+                     *, algorithm: str = "recursive", backend: str | None = None) -> Array:
     """Forward dynamics ``qdd``: the articulated-body algorithm (Featherstone table 7.1;
-    Jain's ABFD), O(n), never forming the mass matrix (``backend="aba"``), or the mass
-    matrix and its Cholesky factor (``backend="crba"``: O(n^3) but fewer, larger kernels,
-    cheaper for one state of a small tree). ``tau`` is the total generalized force (add
-    :func:`joint_forces` for springs and dampers).
+    Jain's ABFD), O(n), never forming the mass matrix (``algorithm="recursive"``), or the
+    mass matrix and its Cholesky factor (``algorithm="dense"``, see :data:`ALGORITHMS`).
+    ``tau`` is the total generalized force (add :func:`joint_forces` for springs and
+    dampers). ``backend="aba"|"crba"``: the 0.1 spelling.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    algorithm = choose_algorithm(algorithm, backend, "backend")
     return _forward_dynamics(model, _vec(model, q, "q"), _vec(model, qd, "qd"), _vec(model, tau, "tau"),
-                             _fext(model, f_ext), backend)
+                             _fext(model, f_ext), algorithm)
 
 
 def inverse_dynamics(model: Model, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike,
@@ -143,9 +165,9 @@ def mass_matrix(model: Model, q: ArrayLike) -> Array:
 
 
 @sp.jit_per_form
-def _forward_dynamics(model, q, qd, tau, f_ext, backend):
+def _forward_dynamics(model, q, qd, tau, f_ext, algorithm):
     ws = kinematics(model, q, qd)
-    if backend == "aba":
+    if algorithm == "recursive":
         return aba.forward_dynamics_ws(model, ws, tau, f_ext)
     M = crba.mass_matrix_ws(model, ws)
     rhs = tau - rnea.bias_forces_ws(model, ws, f_ext)

@@ -13,8 +13,7 @@ from pathlib import Path
 from .. import scenarios
 from ..scenarios import coordinate_params
 from ..simulation.integrate import SOLVERS
-
-STABILIZATIONS = ("none", "baumgarte", "projection")
+from ..system import STABILIZATIONS
 
 
 def settings(data: dict, path) -> dict:

@@ -76,7 +76,7 @@ free (root)     ``sigma_dot``, ``r_dot`` (world)     body components of ``w``, `
 modal           ``q_dot``                            ``s`` of eq. (2)
 ==============  ==================================  ======================================
 
-**Recursive solution** (``method="recursive"``, Banerjee 1993's block-diagonal order-n
+**Recursive solution** (``algorithm="recursive"``, Banerjee 1993's block-diagonal order-n
 scheme in the articulated-body form). Each body's speeds ``w_i`` (``6 + n_i``) follow from
 its parent's and its own speeds ``u_i`` (free joint DOFs + modal speeds) by the linear map
 ``w_i = A_i w_p + S_i u_i`` (``A_i``, ``S_i`` from forward-mode derivatives of the
@@ -87,7 +87,7 @@ along ``x_dot``). Then: forward pass (kinematics), backward pass (articulated in
 body with a free, spherical or revolute joint is constant, so its ``D_i^-1`` (for a single
 free body: ``M0^-1``) is computed once (params ``Dinv``): the constant mass matrix the
 paper's efficiency rests on. With customary speeds ``S_i`` depends on the state and every
-``D_i`` is rebuilt and factored at every evaluation. ``method="dense"`` (the "standard
+``D_i`` is rebuilt and factored at every evaluation. ``algorithm="dense"`` (the "standard
 Kane" column of the paper) forms the full mass matrix ``sum W_i^T M0_i W_i`` and solves it.
 
 **Prescribed motion and internal loads.** Any revolute/Hooke DOF may be prescribed as
@@ -114,9 +114,10 @@ neighbours instead of each being a dot kernel (the four-body chain's vector fiel
 52 us); matrix-matrix products stay ``@``.
 """
 
-from .body import JOINT_DOF, METHODS, SPEEDS, FlexBody
+from ...tree.api import ALGORITHMS
+from .body import JOINT_DOF, SPEEDS, FlexBody
 from .builder import build, customary_to_speeds
 from .system import FlexibleSystem
 
-__all__ = ["JOINT_DOF", "METHODS", "SPEEDS", "FlexBody", "FlexibleSystem", "build",
+__all__ = ["JOINT_DOF", "ALGORITHMS", "SPEEDS", "FlexBody", "FlexibleSystem", "build",
            "customary_to_speeds"]

@@ -10,7 +10,6 @@ from .modal import ModalData
 #: the joint kinds a flexible tree takes, with their DOF (the tree's vocabulary, :mod:`diffmb.tree.joints`)
 JOINT_DOF = {k: jt.NV[k] for k in ("free", "revolute", "universal", "spherical")}
 SPEEDS = ("efficient", "customary")
-METHODS = ("recursive", "dense")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -10,8 +10,9 @@ import numpy as np
 
 from ...math import spatial as sp
 from ...system import clock_entry
+from ...tree.api import choose_algorithm
 from ...tree.checks import check_tree_body, is_rotation
-from .body import JOINT_DOF, METHODS, SPEEDS
+from .body import JOINT_DOF, SPEEDS
 from .modal import ModalData
 from .system import FlexibleSystem
 
@@ -39,18 +40,20 @@ class _Tree:
     x0u: list = dataclasses.field(default_factory=list)
 
 
-def build(bodies, *, speeds="efficient", method="recursive", gravity=(0.0, 0.0, 0.0),
-                   geometric_stiffening=False, torque_fn=None, forcing=None, prescribed_params=None,
-                   outputs=(), freeze_modes=False) -> FlexibleSystem:
+def build(bodies, *, speeds="efficient", algorithm="recursive", gravity=(0.0, 0.0, 0.0),
+          geometric_stiffening=False, torque_fn=None, forcing=None, prescribed_params=None,
+          outputs=(), freeze_modes=False, method=None) -> FlexibleSystem:
     """Validate ``bodies`` (list of :class:`FlexBody`, parents first) and build the System.
 
     ``outputs``: ``(label, body name, node)`` triples: ``diagnostics[label]`` is the
     elastic displacement ``Phi_node q`` of that node (body axes). ``freeze_modes``: drop
     every elastic mode (the rigid tree with the same mass properties).
     ``torque_fn(t, forcing) -> (n_bodies, 3)``: external torques on the reference
-    frames, body axes.
+    frames, body axes. ``algorithm``: ``recursive`` (Banerjee's order-n recursion) or
+    ``dense`` (:data:`diffmb.tree.api.ALGORITHMS`; ``method=`` is the 0.1 spelling).
     """
-    _check_options(speeds, method, bodies)
+    algorithm = choose_algorithm(algorithm, method, "method")
+    _check_options(speeds, bodies)
     prescribed_params = dict(prescribed_params or {})
     tree = _Tree()
     for b in bodies:
@@ -64,7 +67,7 @@ def build(bodies, *, speeds="efficient", method="recursive", gravity=(0.0, 0.0, 
             params0=p0, parents=tuple(tree.parents), kinds=tuple(tree.kinds), names=tuple(tree.names),
             n_modes=tuple(tree.n_modes), free_dofs=tuple(tree.free_dofs), pres=tuple(tree.pres),
             const_leaf=tuple(const_leaf) if sp_ == "efficient" else tuple(False for _ in const_leaf),
-            outputs=tuple(out_static), speeds=sp_, method=method,
+            outputs=tuple(out_static), speeds=sp_, algorithm=algorithm,
             geometric_stiffening=bool(geometric_stiffening), torque_fn=torque_fn)
 
     params = {"bodies": tree.pbodies, "gravity": jnp.asarray(g), "forcing": forcing,
@@ -73,12 +76,10 @@ def build(bodies, *, speeds="efficient", method="recursive", gravity=(0.0, 0.0, 
     return make(params, speeds)
 
 
-def _check_options(speeds, method, bodies):
-    """The speed choice and method are known, and there is a body."""
+def _check_options(speeds, bodies):
+    """The speed choice is known, and there is a body."""
     if speeds not in SPEEDS:
         raise ValueError(f"speeds: expected one of {SPEEDS}, got {speeds!r}")
-    if method not in METHODS:
-        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     if not bodies:
         raise ValueError("flexible system: no bodies")
 

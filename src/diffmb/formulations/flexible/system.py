@@ -36,7 +36,7 @@ class FlexibleSystem(System):
     const_leaf: tuple = eqx.field(static=True)  # per body: Dinv precomputed
     outputs: tuple = eqx.field(static=True)  # (label, body) of node deflection outputs
     speeds: str = eqx.field(static=True, default="efficient")
-    method: str = eqx.field(static=True, default="recursive")
+    algorithm: str = eqx.field(static=True, default="recursive")
     geometric_stiffening: bool = eqx.field(static=True, default=False)
     torque_fn: Callable | None = eqx.field(static=True, default=None)
 
@@ -330,7 +330,7 @@ class FlexibleSystem(System):
             own.append(pi)
         fu_flat = fu
         maps = local_maps(self, xc, t, u, ws, params)
-        if self.method == "dense":
+        if self.algorithm == "dense":
             return dense(self, xc, t, u, ws, beta, own, fu_flat, maps, params) + (xdot,)
         return articulated(self, beta, own, fu_flat, maps, params) + (xdot,)
 

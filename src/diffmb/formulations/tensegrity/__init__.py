@@ -49,8 +49,8 @@ from .closed_forms import (
 )
 from .forces import NodeForce
 from .structure import Structure, make_structure, prestress_to_equilibrium
-from .system import STABILIZATIONS, TensegritySystem, null_space, taut_stretch
+from .system import TENSEGRITY_STABILIZATIONS, TensegritySystem, null_space, taut_stretch
 
-__all__ = ["NodeForce", "STABILIZATIONS", "Structure", "TensegritySystem", "closed_form_constraints",
+__all__ = ["NodeForce", "TENSEGRITY_STABILIZATIONS", "Structure", "TensegritySystem", "closed_form_constraints",
            "closed_form_gravity", "closed_form_mass", "closed_form_stiffness", "closed_form_string_force",
            "make_structure", "null_space", "prestress_to_equilibrium", "taut_stretch"]

@@ -15,7 +15,8 @@ from ...math import spatial as sp
 from ...system import System, check_stabilization
 from .structure import _AXES, Structure
 
-STABILIZATIONS = ("none", "projection")  # a subset of diffmb.system.STABILIZATIONS
+#: The stabilizations the tensegrity formulation accepts (of :data:`diffmb.system.STABILIZATIONS`).
+TENSEGRITY_STABILIZATIONS = ("none", "projection")
 
 
 class TensegritySystem(System):
@@ -45,7 +46,7 @@ class TensegritySystem(System):
                  correction_passes=3, slack_width=0.0):
         if not isinstance(structure, Structure):
             raise TypeError(f"TensegritySystem: expected a Structure, got {type(structure).__name__}")
-        check_stabilization(stabilization, STABILIZATIONS)
+        check_stabilization(stabilization, TENSEGRITY_STABILIZATIONS)
         if not (gamma > 0 and math.isfinite(gamma)):
             raise ValueError(f"gamma: the correction threshold must be positive, got {gamma}")
         if not (slack_width >= 0 and math.isfinite(slack_width)):

@@ -43,7 +43,7 @@ system without a dense pseudo-inverse, exploiting its structure:
    least-squares solution, which converges to the minimum-norm one for consistent
    ``r``, is differentiable everywhere (an SVD/eigh pseudo-inverse has NaN gradients at
    repeated zero singular values) and costs one ``m x m`` Cholesky.
-   ``solver="pinv"`` evaluates eq. (14) literally with ``jnp.linalg.pinv`` (a dense SVD
+   ``linear_solve="pinv"`` evaluates eq. (14) literally with ``jnp.linalg.pinv`` (a dense SVD
    fallback, used by the tests to check the structured solve).
 
 Joints (eq. 16 template; each joint's rows touch only its two bodies):
@@ -71,10 +71,10 @@ after every step, Gauss–Newton corrections of the positions onto ``phi = 0`` a
 the same metric (which keeps the total momentum, the joint impulses being internal).
 """
 
-from .builder import SOLVERS, UKBuilder
+from .builder import LINEAR_SOLVES, UKBuilder
 from .joint_rows import JOINT_KINDS, JOINT_ROWS, autodiff_rows, local_rows
 from .quaternion import T_matrix, dcm_NB, effective_force, effective_mass, omega_body, quat_rate
 from .system import UKSystem
 
-__all__ = ["JOINT_KINDS", "JOINT_ROWS", "SOLVERS", "T_matrix", "UKBuilder", "UKSystem", "autodiff_rows",
+__all__ = ["JOINT_KINDS", "JOINT_ROWS", "LINEAR_SOLVES", "T_matrix", "UKBuilder", "UKSystem", "autodiff_rows",
            "dcm_NB", "effective_force", "effective_mass", "local_rows", "omega_body", "quat_rate"]

@@ -4,6 +4,7 @@ Udwadia-Kalaba system, checked and turned into a :class:`~.system.UKSystem`."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,8 @@ from .joint_rows import JOINT_KINDS
 from .quaternion import dcm_NB, quat_rate
 from .system import UKSystem
 
-SOLVERS = ("cholesky", "pinv")
+#: How the multipliers of eq. (14) are solved for (the module docstring of the package).
+LINEAR_SOLVES = ("cholesky", "pinv")
 
 
 @dataclass
@@ -208,11 +210,18 @@ class UKBuilder:
         return self
 
     # ------------------------------------------------------------------ build
-    def build(self, *, stabilization="projection", baumgarte=(0.0, 0.0), solver="cholesky",
-              analytic=True, projection_iterations=3, refine=2, eps=1e-10) -> "UKSystem":
+    def build(self, *, stabilization="projection", baumgarte=(0.0, 0.0), linear_solve="cholesky",
+              analytic=True, projection_iterations=3, refine=2, eps=1e-10, solver=None) -> "UKSystem":
+        """The System. ``linear_solve``: how eq. (14)'s ``(S + eps 1) mu = r`` is solved,
+        one of :data:`LINEAR_SOLVES` (``solver=`` is the 0.1 spelling; ``solver`` now names
+        only the integrator, :data:`diffmb.simulation.integrate.SOLVERS`)."""
         check_stabilization(stabilization)
-        if solver not in SOLVERS:
-            raise ValueError(f"solver: unknown {solver!r}; expected one of {list(SOLVERS)}")
+        if solver is not None:
+            warnings.warn(f"UKBuilder.build(solver={solver!r}) is now linear_solve={solver!r} (solver= goes in "
+                          f"diffmb 0.3)", DeprecationWarning, stacklevel=2)
+            linear_solve = solver
+        if linear_solve not in LINEAR_SOLVES:
+            raise ValueError(f"linear_solve: unknown {linear_solve!r}; expected one of {list(LINEAR_SOLVES)}")
         if not self._bodies or all(b.fixed for b in self._bodies):
             raise ValueError("UK system: needs at least one moving body")
         names = tuple(b.name for b in self._bodies)
@@ -265,7 +274,7 @@ class UKBuilder:
             body_names=names, moving=moving, fixed=fixed, joints=tuple(jstruct), user=user,
             user_rows=tuple(user_rows), interactions=inter,
             sensors=tuple((s.name, index[s.body], s.normal is not None) for s in self._sensors),
-            stabilization=stabilization, solver=solver, analytic=bool(analytic),
+            stabilization=stabilization, linear_solve=linear_solve, analytic=bool(analytic),
             projection_iterations=int(projection_iterations), refine=int(refine), eps=float(eps),
             params0=params)
         for name, fn in user:

@@ -29,7 +29,7 @@ class UKSystem(System):
     interactions: tuple = eqx.field(static=True)
     sensors: tuple = eqx.field(static=True)  # ((name, body index, has normal), ...)
     stabilization: str = eqx.field(static=True)
-    solver: str = eqx.field(static=True)
+    linear_solve: str = eqx.field(static=True)
     analytic: bool = eqx.field(static=True)
     projection_iterations: int = eqx.field(static=True)
     refine: int = eqx.field(static=True)
@@ -243,7 +243,7 @@ class UKSystem(System):
         beta_n = self._norm_rhs(X, V, params, baum)
         qn = q * (beta_n / jnp.sum(q * q, -1))[:, None]
         a = self.minv(F, X, params).at[:, 3:].add(qn)
-        if self.solver == "pinv":
+        if self.linear_solve == "pinv":
             return self._pinv_accel(t, X, V, params), jnp.zeros(0, X.dtype)
         A, b, _ = self.constraint_terms(X, V, params)
         if A.shape[0] == 0:
