@@ -12,6 +12,14 @@
   the user already set ``XLA_FLAGS`` themselves. This only takes effect if it happens before
   JAX initialises its CPU backend, which importing diffmb first guarantees. Later jaxlibs
   dropped the flag (XLA aborts on an unknown flag), so it is set for jaxlib 0.10 only.
+* XLA's CPU matrix products run on one thread (``--xla_cpu_multi_thread_eigen=false``)
+  unless the user's ``XLA_FLAGS`` says how they are threaded. For diffmb's small
+  matrices one thread is faster (a 10x10 map fold's RK4 run: 0.46-0.49 s against
+  0.59-0.62 s on two cores), and it is what a sweep's local workers, a chunk on a core
+  each, need; they inherit this process's flags, so the programs they compile are this
+  process's own: a sweep on workers equals the in-process sweep bit for bit
+  (``docs/distributed-sweeps.md``, "Bit for bit"). Like the flag above it takes effect
+  only if diffmb is imported before JAX starts its CPU backend.
 
 * ``python -m diffmb`` gets the command line's environment here, before JAX and equinox
   are imported (the console script sets it itself): its persistent compilation cache
@@ -31,6 +39,8 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
     __version__ = "0+unknown"
 
 _FLAG = "--xla_cpu_use_fusion_emitters=false"
+#: XLA's CPU matrix products on one thread (see the module docstring).
+SINGLE_THREADED_PRODUCTS = "--xla_cpu_multi_thread_eigen=false"
 
 
 def _jaxlib_minor():
@@ -43,6 +53,8 @@ def _jaxlib_minor():
 
 if _jaxlib_minor() == (0, 10) and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREADED_PRODUCTS).strip()
 
 try:
     import diffmb_env

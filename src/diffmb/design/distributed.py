@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -48,6 +49,7 @@ import time
 import uuid
 import warnings
 import weakref
+from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
@@ -97,10 +99,26 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
+@functools.cache
+def machine() -> str:
+    """What XLA compiles a CPU program for: the cores this process may use (before any
+    pinning, :func:`_every_core`), the CPU model and jaxlib. Programs, and their round-off,
+    are the same where this is (``docs/distributed-sweeps.md``, "Bit for bit")."""
+    cores = len(_PINNED[0][1]) if _PINNED else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count()
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{cores} cores, {model}, jaxlib {metadata.version('jaxlib')}"
+
+
 def _run_task(token, job, dtype, dyn_chunk, x0_chunk, want_program=False):
     """One chunk on a worker: ``(metrics, compile_s, run_s, worker id, its diffmb's
     code_fingerprint, the chunk program's exported bytes if ``want_program`` or this worker
-    has just exported them, else None)``.
+    has just exported them, else None, its :func:`machine`)``.
     A worker without the program compiles the one another worker exported
     (:mod:`diffmb.design.exported_program`, :func:`_shipped`) instead of tracing it again:
     a retried task (its first worker died) finds it too."""
@@ -119,11 +137,12 @@ def _run_task(token, job, dtype, dyn_chunk, x0_chunk, want_program=False):
     tic = time.perf_counter()
     compile_s, made = 0.0, False
     if entry[2] is None:
-        entry[2] = exported_program.build(entry[0], entry[1], dyn_chunk, x0_chunk, _shipped(token))
+        with _every_core():
+            entry[2] = exported_program.build(entry[0], entry[1], dyn_chunk, x0_chunk, _shipped(token))
         compile_s, made = entry[2].compile_s, entry[2].how == "exported"
     out = entry[2].program(dyn_chunk, x0_chunk)
     return (out, compile_s, time.perf_counter() - tic - compile_s, _worker_id(), code_fingerprint(),
-            entry[2].exported if made or want_program else None)
+            entry[2].exported if made or want_program else None, machine())
 
 
 def _program_name(token) -> str:
@@ -329,9 +348,12 @@ def worker_env() -> tuple[dict, str | None]:
       increasing save times) :func:`diffmb.simulate` checks before tracing, so no result
       changes; a check failing in a chunk would give its members NaN (status diverged)
       instead of failing the chunk.
-    * XLA on one thread (``--xla_cpu_multi_thread_eigen=false``): a worker is one
-      single-threaded process, as Dask's ``threads_per_worker=1`` says; XLA's own thread
-      pool would otherwise compete with the other workers for their cores."""
+    * The driver's XLA flags, and no others: XLA's CPU programs depend on the threads they
+      may use. With ``--xla_cpu_multi_thread_eigen=false``, which the workers had until
+      0.2 to keep XLA's thread pool off the other workers' cores, every closed-chain
+      member differed from the one-process sweep in its last digits. The workers are
+      pinned to a core each instead (:func:`pin_workers`), after XLA's client exists, and
+      compile with every core in view (:func:`_every_core`)."""
     cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     made = None
     if not cache:
@@ -340,8 +362,6 @@ def worker_env() -> tuple[dict, str | None]:
             atexit.register(shutil.rmtree, _MADE_CACHE[0], ignore_errors=True)
         cache = made = _MADE_CACHE[0]
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_multi_thread_eigen" not in flags:
-        flags = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
     return {"JAX_COMPILATION_CACHE_DIR": cache, "EQX_ON_ERROR": "nan", "XLA_FLAGS": flags}, made
 
 
@@ -361,13 +381,42 @@ def pin_workers(client) -> bool:
     return True
 
 
+#: ``(core, the cores the worker started with)`` once :func:`_pin_process` has pinned it
+_PINNED: list = []
+
+
 def _pin_process(core: int):
-    """Every thread of this process on ``core`` (threads started later inherit it)."""
+    """Every thread of this process on ``core`` (threads started later inherit it); the
+    cores it could run on before are kept for :func:`_every_core`."""
+    if not _PINNED:
+        _PINNED.append((core, frozenset(os.sched_getaffinity(0))))
+    _set_affinity({core})
+
+
+def _set_affinity(cores):
     for tid in os.listdir("/proc/self/task"):
         try:
-            os.sched_setaffinity(int(tid), {core})
+            os.sched_setaffinity(int(tid), cores)
         except OSError:  # a thread that has just ended
             pass
+
+
+@contextlib.contextmanager
+def _every_core():
+    """A pinned worker compiles with the cores it started with in view, as the driver
+    compiles, and runs on its own core again after. XLA's CPU compiler shapes a program
+    by the cores it may use (fold-4panel's chunk compiled on one core of two gave other
+    round-off than on both: 0.14613449688619484 against ...493 for a hinge rate), so a
+    program compiled pinned would not be the one-process sweep's."""
+    if not _PINNED:
+        yield
+        return
+    core, cores = _PINNED[0]
+    _set_affinity(cores)
+    try:
+        yield
+    finally:
+        _set_affinity({core})
 
 
 def _pin_plugin(cores: tuple):
@@ -380,6 +429,11 @@ def _pin_plugin(cores: tuple):
         def setup(self, worker):
             name = worker.name
             if isinstance(name, int) and 0 <= name < len(cores):
+                import jax
+
+                # XLA's CPU client, and its thread pool, first, with every core in view: the
+                # pool's size shapes a program's numbers as the cores at compile time do
+                jax.devices()
                 _pin_process(cores[name])
 
     return PinToCore()
@@ -469,9 +523,9 @@ class _Scheduler:
         self.client, self.job, self.pieces = client, job, pieces
         self.on_chunk, self.poll_s = on_chunk, poll_s
         self.todo = collections.deque(n for n in range(n_chunks(job.batch, job.chunk)) if n not in pieces)
-        self.run_id, self.code = uuid.uuid4().hex[:8], code_fingerprint()
+        self.run_id, self.code, self.machine = uuid.uuid4().hex[:8], code_fingerprint(), machine()
         self.pending, self.running, self.order = {}, RunningSince(), {}
-        self.seen, self.other, self.runs, self.backed = set(), set(), [], set()
+        self.seen, self.other, self.machines, self.runs, self.backed = set(), set(), set(), [], set()
         self.compile_s = 0.0
         self.shipped = False  # whether the exported program is published to the workers
         self.workers = 1
@@ -554,7 +608,7 @@ class _Scheduler:
                 continue
             n = self.pending.pop(f)
             self.running.came_back(f, time.perf_counter(), self.workers)
-            out, took, ran, worker, theirs, blob = f.result()  # a chunk that raised raises here
+            out, took, ran, worker, theirs, blob, where = f.result()  # a chunk that raised raises here
             f.release()  # the worker may drop it now
             if blob is not None and not self.shipped:
                 # held on every worker there is: one that joins later fetches it from one of them
@@ -567,6 +621,11 @@ class _Scheduler:
                 for g in twins:
                     self.pending.pop(g)
                     self.running.came_back(g, time.perf_counter(), self.workers)
+            if where != self.machine and where not in self.machines:
+                self.machines.add(where)
+                warnings.warn(f"worker {worker} compiles for {where}, this process for {self.machine}: "
+                              f"its members equal a one-process sweep's to round-off, not bit for bit "
+                              f"(docs/distributed-sweeps.md)", stacklevel=3)
             if theirs != self.code and theirs not in self.other:
                 self.other.add(theirs)
                 warnings.warn(f"worker {worker} runs other diffmb source files ({theirs}) than this "
