@@ -53,6 +53,17 @@ def test_fold_3x3_readme_command_crosses_flat_cleanly():
     _crosses_flat_cleanly("fold-3x3")
 
 
+@pytest.mark.slow  # fold-3x3 over 30 s (~15 s); the default job runs fold-2x4's crossing above
+def test_fold_3x3_keeps_its_angular_momentum_below_1e9_over_30_s():
+    """Issue 57: ``diffmb run fold-3x3 --stabilization projection --t1 30`` drifted 2.1e-9
+    N m s in angular momentum at rtol 1e-10 (Dopri5's error, proportional to rtol, since the
+    default left RK4 at 1 ms, where it was 1.4e-12); its default rtol 1e-11 keeps it below
+    1e-9, and the projection's momentum restoration adds nothing to it."""
+    sc, values, tr = _run_defaults("fold-3x3")
+    assert tr.status == "success" and (sc.rtol, sc.atol) == (1e-11, 1e-13)
+    assert tr.summary()["angular_momentum"]["max_abs_change"] < 1e-9
+
+
 @pytest.mark.slow
 def test_paper_member_energy_equals_a_tight_dopri8_reference():
     """Damped: the energy falls monotonically through the crossing, and ends where a
