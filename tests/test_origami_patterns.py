@@ -18,7 +18,8 @@ import pytest
 from diffmb.formats.fold import load_fold, to_fold
 from diffmb.origami import build, topology as topo
 from diffmb.origami.generators import map_fold, miura, miura_straight_angle, scheel, topology_info
-from diffmb.origami.pattern import _hinge_axis, plate_inertia
+from diffmb.origami.pattern import _hinge_axis
+from diffmb.origami.polygon import plate_inertia
 from diffmb.scenarios import get
 from diffmb.simulation.integrate import simulate
 

@@ -147,6 +147,18 @@ class System(eqx.Module):
         differentiates a local error the controller cannot see)."""
         return None
 
+    @property
+    def limits_steps(self) -> bool:
+        """Whether :meth:`max_step` bounds an adaptive solver's steps (False by default)."""
+        return False
+
+    def max_step(self, x, params):
+        """The longest step an adaptive solver may take from ``x``: a contact barrier is
+        invisible to the step-size control until a step lands inside its reach, so a long
+        step through free flight could jump over it (a contact element bounds its steps by
+        the distance to contact over the closing speed). ``inf`` by default."""
+        return jnp.asarray(jnp.inf, x.dtype)
+
 
 #: Constraint stabilization, one vocabulary for every formulation (each accepts the
 #: subset that applies to it): ``baumgarte`` feeds the violation back into the
@@ -213,6 +225,9 @@ class TreeSystem(System):
     ``wrench_fn(t, frames, model, forcing) -> (N, 6)`` (optional) adds state-dependent
     wrenches ``[torque; force]`` on the bodies, in body axes about each body's origin, from
     their :class:`~diffmb.tree.body_frames.BodyFrames` (fluid drag: :mod:`diffmb.tree.fluid`).
+    ``elements``: :class:`~diffmb.tree.force_element.ForceElement` s (panel contact), their
+    numbers ``params["elements"]``, their potentials in the energy, their diagnostics
+    beside the system's and their own states after ``[q; qd]``.
     ``stabilization``: ``none``, ``baumgarte`` (gains in params) or ``projection`` (after
     every step, :func:`~diffmb.closures.dynamics.project_state`). ``project`` also performs the
     MRP shadow-set switch of spherical/free joints (section 2.1) — never the vector field.
@@ -231,11 +246,12 @@ class TreeSystem(System):
     roles: tuple = eqx.field(static=True, default=())
     projection_iterations: int = eqx.field(static=True, default=3)
     algorithm: str = eqx.field(static=True, default="auto")
+    elements: tuple = ()
 
     def __init__(self, model: Model, q0=None, qd0=None, *, tau_fn=None, forcing=None,
                  closures=None, stabilization="none", baumgarte=(0.0, 0.0),
                  projection_iterations=3, algorithm="auto", potential_fn=None, roles=None, wrench_fn=None,
-                 dynamics=None):
+                 elements=(), dynamics=None):
         self.model = model
         dt = model.mass.dtype
         self.q0 = model.neutral() if q0 is None else jnp.asarray(q0, dt)
@@ -256,6 +272,7 @@ class TreeSystem(System):
         self.stabilization = stabilization
         self.projection_iterations = int(projection_iterations)
         self.algorithm = api.choose_algorithm(algorithm, dynamics, "dynamics", ("auto",) + api.ALGORITHMS)
+        self.elements = tuple(elements)
         self.roles = declare_roles(self, roles)
 
     def default_params(self):
@@ -263,14 +280,53 @@ class TreeSystem(System):
         if self.closures is not None:
             p["closures"] = self.closures
             p["baumgarte"] = self.baumgarte
+        if self.elements:
+            p["elements"] = tuple(e.default_params() for e in self.elements)
         return p
 
     def init_state(self, params):
-        return jnp.concatenate([params["q0"], params["qd0"]])
+        x = [params["q0"], params["qd0"]]
+        if self._element_states:
+            model, q, qd = params["model"], params["q0"], params["qd0"]
+            ws = kinematics(model, q, qd)
+            energy = self._energy(model, ws, q, qd, params)
+            x += [e.init_states(model, ws, p, energy) for e, p in zip(self.elements, params["elements"])]
+        return jnp.concatenate(x)
+
+    def _energy(self, model, ws, q, qd, params):
+        """Kinetic and potential energy, the hinge models' included, the elements' not."""
+        energy = api.kinetic_energy_ws(ws) + api.rotor_energy(model, qd) + api.potential_energy_ws(model, ws, q)
+        if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
+            energy = energy + self.potential_fn(q, params["forcing"])
+        return energy
 
     def split(self, x):
-        n = self.model.nq
-        return x[:n], x[n:]
+        n, v = self.model.nq, self.model.nv
+        return x[:n], x[n:n + v]
+
+    def element_states(self, x) -> tuple:
+        """Each element's own states (after ``[q; qd]``)."""
+        start, out = self.model.nq + self.model.nv, []
+        for e in self.elements:
+            k = len(e.state_names)
+            out.append(x[start:start + k])
+            start += k
+        return tuple(out)
+
+    def _elements_force(self, model, ws, x, params):
+        tau = jnp.zeros(model.nv, ws.pos.dtype)
+        for e, z, p in zip(self.elements, self.element_states(x), params["elements"]):
+            if e.applies_forces:
+                tau = tau + e.generalized_force(model, ws, z, p)
+        return tau
+
+    @property
+    def _acting(self) -> bool:
+        return any(e.applies_forces for e in self.elements)
+
+    @property
+    def _element_states(self) -> bool:
+        return any(e.state_names for e in self.elements)
 
     @property
     def body_names(self) -> tuple:
@@ -306,8 +362,31 @@ class TreeSystem(System):
         """``(qdd, lambda)``; ``lambda`` (on the kept closure rows) is empty without closures."""
         model = params["model"]
         q, qd = self.split(x)
+        return self._accelerations(t, x, params, kinematics(model, q, qd))
+
+    @property
+    def limits_steps(self) -> bool:
+        return any(e.limits_steps for e in self.elements)
+
+    @sp.jit_per_form
+    def max_step(self, x, params):
+        model = params["model"]
+        q, qd = self.split(x)
         ws = kinematics(model, q, qd)
+        out = jnp.asarray(jnp.inf, x.dtype)
+        for e, z, p in zip(self.elements, self.element_states(x), params["elements"]):
+            if e.limits_steps:
+                out = jnp.minimum(out, e.max_step(model, ws, z, p))
+        return out
+
+    def _accelerations(self, t, x, params, ws, element_tau=None):
+        model = params["model"]
+        q, qd = self.split(x)
         tau = self.generalized_force(t, q, qd, params, ws)
+        if element_tau is not None:
+            tau = tau + element_tau
+        elif self._acting:
+            tau = tau + self._elements_force(model, ws, x, params)
         if self.closures is None:
             if self._dense:
                 M = crba.mass_matrix_ws(model, ws)
@@ -324,9 +403,18 @@ class TreeSystem(System):
         return qdd, lam.reshape(-1)[np.asarray(nodes.rows)]
 
     def state_derivative(self, t, x, params):
+        model = params["model"]
         q, qd = self.split(x)
-        qdd, _ = self.accelerations(t, x, params)
-        return jnp.concatenate([api.coordinate_rates(params["model"], q, qd), qdd])
+        ws = kinematics(model, q, qd)
+        if not self._element_states:
+            qdd, _ = self._accelerations(t, x, params, ws)
+            return jnp.concatenate([api.coordinate_rates(model, q, qd), qdd])
+        tau, rates = jnp.zeros(model.nv, ws.pos.dtype), []
+        for e, z, p in zip(self.elements, self.element_states(x), params["elements"]):
+            f, r = e.evaluate(model, ws, z, p)
+            tau, rates = (tau + f if e.applies_forces else tau), rates + [r]
+        qdd, _ = self._accelerations(t, x, params, ws, tau)
+        return jnp.concatenate([api.coordinate_rates(model, q, qd), qdd] + rates)
 
     @property
     def _dense(self) -> bool:
@@ -336,10 +424,6 @@ class TreeSystem(System):
         if self.algorithm == "auto":
             return self.model.nv <= DENSE_MAX_NV
         return self.algorithm == "dense"
-
-    @property
-    def has_projection(self) -> bool:
-        return len(jt.mrp_starts(self.model)) > 0 or self.stabilization == "projection"
 
     def project(self, x, params):
         return self._project(x, params, self.projection_iterations)
@@ -353,13 +437,24 @@ class TreeSystem(System):
         return self._project(x, params, min(2, self.projection_iterations))
 
     def _project(self, x, params, iterations):
+        model = params["model"]
+        q, qd = self.split(x)
         if self.stabilization == "projection":
-            model = params["model"]
-            q0, qd0 = self.split(x)
-            q, qd = cs.project_state(model, q0, qd0, params["closures"], iterations,
+            q, qd = cs.project_state(model, q, qd, params["closures"], iterations,
                                      keep_momentum=model.floating_base)
+        if self._element_states:
+            ws = kinematics(model, q, qd)
+            zs = [e.correct_states(model, ws, z, p)
+                  for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
+            x = jnp.concatenate([q, qd] + zs)
+        elif self.stabilization == "projection":
             x = jnp.concatenate([q, qd])
         return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
+
+    @property
+    def has_projection(self) -> bool:
+        return (len(jt.mrp_starts(self.model)) > 0 or self.stabilization == "projection"
+                or any(e.state_names for e in self.elements))
 
     @sp.jit_per_form
     def violation(self, x, params):
@@ -385,10 +480,12 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         ws = kinematics(model, q, qd)
-        kinetic = api.kinetic_energy_ws(ws) + api.rotor_energy(model, qd)
-        out = {"energy": kinetic + api.potential_energy_ws(model, ws, q), "kinetic_energy": kinetic}
-        if self.potential_fn is not None:  # stored energy of the tau_fn hinge models
-            out["energy"] = out["energy"] + self.potential_fn(q, params["forcing"])
+        out = {"energy": self._energy(model, ws, q, qd, params),
+               "kinetic_energy": api.kinetic_energy_ws(ws) + api.rotor_energy(model, qd)}
+        for e, z, p in zip(self.elements, self.element_states(x), params.get("elements", ())):
+            if e.applies_forces:
+                out["energy"] = out["energy"] + e.energy(model, ws, z, p)
+            out.update(e.diagnostics(model, ws, z, p))
         if model.floating_base:
             lin, ang = api.momentum_ws(model, ws)
             out["angular_momentum"] = ang
@@ -415,7 +512,8 @@ class TreeSystem(System):
 
     @property
     def state_names(self):
-        return self.model.coordinate_names + self.model.velocity_names
+        extra = tuple(n for e in self.elements for n in e.state_names)
+        return self.model.coordinate_names + self.model.velocity_names + extra
 
 
 @sp.jit_per_form

@@ -45,7 +45,9 @@ Nothing is run twice. File writing and plotting are not included. After ``--resu
 both cover only this process, while ``steps`` counts the whole trajectory.
 
 Status: ``success`` (reached ``t1``), ``suspect`` (reached ``t1``, but the energy or
-angular momentum jumped in one save interval: :mod:`diffmb.simulation.health`; the JSON's
+angular momentum jumped in one save interval: :mod:`diffmb.simulation.health`; or, in an
+origami run, a crease folded past 180 degrees or two panels passed through each other:
+:mod:`diffmb.origami.contact`, the JSON's ``contact``; the JSON's
 ``warnings`` say where and by how much, and they are printed), ``event`` (a termination event stopped it) or
 ``diverged`` (non-finite state, violation above bound, step-size collapse — and also
 diffrax's ``max_steps``, which a fixed-step segment never reaches and an adaptive segment
@@ -61,9 +63,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from .. import scenarios
+from ..origami.contact import certified_margins
 from ..scenarios.origami import outlines
 from ..simulation import compile_cache, health, resumable, trajectory
 from ..simulation.integrate import FIXED_SOLVERS
@@ -356,7 +361,8 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
     summ = traj.summary()
     conserved = getattr(cfg, "conserved", None) or ()
     warnings = health.check(traj, conserved, energy_name=summ.get("energy", {}).get("quantity", "energy"),
-                            stabilization=cfg.stabilization, solver=cfg.solver)
+                            stabilization=cfg.stabilization, solver=cfg.solver,
+                            system=getattr(cfg, "system", None), params=getattr(cfg, "params", None))
     v = summ.get("violation")
     out = {
         "scenario": cfg.name,
@@ -373,10 +379,41 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
         "violation": (None if v is None else
                       {"position_max": v.get("position_max"), "velocity_max": v.get("velocity_max")}),
         "final": traj.final,
+        "contact": contact_summary(getattr(cfg, "system", None), getattr(cfg, "params", None), traj),
         "status": json_status(traj, warnings),
         "warnings": warnings,
     }
     return finite(out)
+
+
+def contact_summary(system, params, traj) -> dict | None:
+    """The panels' detector and contact figures of an origami run (``null`` otherwise):
+    the largest crease angle and the crease, the deepest overlap of two panels and the
+    pair, and with contact on the smallest margins, the contact energy and the margins
+    the run's largest energy certifies (:func:`~diffmb.origami.contact.certified_margins`)."""
+    elements = getattr(system, "elements", ())
+    if not elements or "crease_angle" not in traj.diagnostics:
+        return None
+    e, p = elements[0], params["elements"][0]
+    valid = np.isfinite(np.asarray(traj.ts))
+    m = {k: float(v) for k, v in e.metrics(traj.diagnostics, jnp.asarray(valid), p).items()}
+    out = {"contact": bool(e.applies_forces), "max_crease_angle_deg": float(np.degrees(m["max_crease_angle"])),
+           "crease_overfold_rad": m["crease_overfold"]}
+    if "panel_overlap" in traj.diagnostics:
+        ov = np.where(valid, np.asarray(traj.diagnostics["panel_overlap"], float), -np.inf)
+        k = int(np.argmax(ov))
+        out.update(max_panel_overlap_m=float(ov[k]),
+                   overlap_panels=e.pair_labels[int(np.asarray(traj.diagnostics["panel_overlap_pair"])[k])])
+    for key in ("min_contact_gap", "min_crease_margin", "peak_contact_force", "peak_crease_torque",
+                "contact_events", "contact_overflow"):
+        if key in m:
+            out[key] = m[key]
+    if "contact_energy" in traj.diagnostics:
+        out["max_contact_energy_j"] = float(np.nanmax(np.asarray(traj.diagnostics["contact_energy"])))
+    if e.applies_forces and "energy" in traj.diagnostics:
+        budget = float(system.element_states(jnp.asarray(traj.xs[0]))[0][-1])
+        out.update(certified_margins(e, p, float(np.nanmax(np.asarray(traj.diagnostics["energy"]))), budget))
+    return out
 
 
 def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:

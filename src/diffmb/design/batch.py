@@ -63,6 +63,7 @@ from ..math import spatial as sp
 from ..simulation import health
 from ..simulation.integrate import RunSettings
 from ..simulation.trajectory import STATUS_CODES, STATUS_NAMES
+from ..tree.force_element import SUSPECT_METRICS
 from .binding import NotAffine, bind, build_batch
 
 if TYPE_CHECKING:
@@ -98,7 +99,8 @@ def default_chunk(devices) -> int:
 
 #: What each metric column is, with its unit (module docstring): the CLI's legend.
 METRICS = {
-    "status": "how the run ended (success, suspect: a conserved quantity jumped, event, diverged)",
+    "status": "how the run ended (success, suspect: a conserved quantity jumped or panels passed through "
+              "each other, event, diverged)",
     "t_final": "where the run stopped [s]",
     "time_to_flat": "first time every hinge is within 1 deg of flat [s]",
     "time_to_final": "first time from which every hinge stays within 1 deg of its final angle [s] "
@@ -112,6 +114,16 @@ METRICS = {
     "momentum_drift": "largest |H - H0| where the physics conserves angular momentum [N m s]",
     "energy_jump": "largest one-interval energy jump, relative to the motion's scale (0: none)",
     "momentum_jump": "largest one-interval momentum jump, relative to the motion's scale (0: none)",
+    "max_crease_angle": "largest crease fold angle, unwrapped from the start [rad] (origami)",
+    "crease_overfold": "how far a crease folded past 180 deg: its panels pass through each other [rad] "
+                       "(0: none; above 0: suspect)",
+    "panel_overlap": "deepest crossing of two panels that share no vertex [m] (0: none; above 0: suspect)",
+    "min_contact_gap": "smallest gap between two panels that share no vertex, with contact [m]",
+    "min_crease_margin": "smallest margin of a crease to its barrier's wall, with contact [rad]",
+    "peak_contact_force": "largest force of one panel contact primitive, with contact [N]",
+    "peak_crease_torque": "largest torque of a crease barrier, with contact [N m]",
+    "contact_events": "save points in contact after one out of contact (the first counts), with contact",
+    "contact_overflow": "candidate pairs within reach beyond the broad phase's capacity (above 0: suspect)",
 }
 
 
@@ -194,7 +206,12 @@ class _Member(eqx.Module):
 
     def __call__(self, params, x0):
         tr = self.settings.run(self.system, params, x0 if self.with_x0 else None)
-        return _metrics(tr, self.flat_tol)
+        out = _metrics(tr, self.flat_tol)
+        valid = jnp.isfinite(tr.ts)
+        for e, p in zip(getattr(self.system, "elements", ()), params.get("elements", ())
+                        if isinstance(params, dict) else ()):
+            out.update(e.metrics(tr.diagnostics, valid, p))
+        return out
 
 
 def _on_cpu(tree) -> bool:
@@ -290,12 +307,14 @@ class SweepResult:
 
     def statuses(self) -> list:
         """Per member: ``success`` | ``suspect`` (reached ``t1``, but a conserved quantity
-        jumped) | ``event`` | ``diverged`` | ``max_steps``."""
+        jumped, or it reached a state that cannot happen: a crease past 180 deg, panels
+        through each other) | ``event`` | ``diverged`` | ``max_steps``."""
         none = np.zeros(self.batch)
         out = []
         for i, c in enumerate(np.asarray(self.table["status"]).astype(int)):
             kept = self.conserved[i] if i < len(self.conserved) else ()
             jumped = any(self.table.get(f"{_JUMP[k]}_jump", none)[i] > 0 for k in kept if k in _JUMP)
+            jumped = jumped or any(self.table.get(k, none)[i] > 0 for k in SUSPECT_METRICS)
             name = STATUS_NAMES[int(c)]
             out.append("suspect" if name == "success" and jumped else name)
         return out

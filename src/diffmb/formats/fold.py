@@ -6,7 +6,7 @@ FOLD (https://github.com/edemaine/fold) is JSON. What :func:`load_fold` reads:
   (metres); a 3-D file with a non-zero ``z`` (a folded state) is rejected;
 * ``faces_vertices``: each face's vertex indices in order (>= 3, a simple polygon of
   non-zero area); every face becomes a rigid panel (mass ``density * area``, thin-plate
-  inertia from :func:`~diffmb.origami.pattern.plate_inertia`);
+  inertia from :func:`~diffmb.origami.polygon.plate_inertia`);
 * ``edges_vertices`` and ``edges_assignment``: ``B`` boundary (exactly one face), ``M``
   mountain, ``V`` valley, ``U`` unassigned (hinges: exactly two faces), ``F`` flat — see
   below; the letters are case-insensitive;
@@ -55,7 +55,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..origami.pattern import Crease, CreasePattern, Panel, plate_inertia, polygon_area, polygon_centroid
+from ..origami.pattern import Crease, CreasePattern, Panel
+from ..origami.polygon import plate_inertia, polygon_area, polygon_centroid
 
 ASSIGNMENTS = {"B", "M", "V", "F", "U"}
 _TOL = 1e-9

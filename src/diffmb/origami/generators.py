@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import topology as topo
-from .pattern import Crease, CreasePattern, Panel, _info, polygon_area
+from .pattern import Crease, CreasePattern, Panel, _info
+from .polygon import polygon_area
 
 
 def grid_names(rows: int, cols: int) -> list:

@@ -28,6 +28,8 @@ from ..closures.nodes import make_closures
 from ..system import TreeSystem
 from ..tree.model import ModelBuilder
 from . import topology as topo
+from .contact import check_panels, check_start, opening_sides, panel_contact
+from .polygon import plate_inertia, polygon_centroid
 
 
 @dataclass
@@ -104,44 +106,6 @@ class OrigamiInfo:
     panel_outlines: tuple = field(default=())
 
 
-# --------------------------------------------------------------------- geometry
-
-
-def polygon_centroid(v: np.ndarray) -> np.ndarray:
-    """Area centroid of a planar polygon (vertices in order, z = 0)."""
-    x, y = v[:, 0], v[:, 1]
-    xn, yn = np.roll(x, -1), np.roll(y, -1)
-    cr = x * yn - xn * y
-    A = cr.sum() / 2
-    if abs(A) < 1e-14:
-        raise ValueError("degenerate panel polygon (zero area)")
-    return np.array([((x + xn) * cr).sum() / (6 * A), ((y + yn) * cr).sum() / (6 * A), 0.0])
-
-
-def polygon_area(v: np.ndarray) -> float:
-    x, y = v[:, 0], v[:, 1]
-    return abs((x * np.roll(y, -1) - np.roll(x, -1) * y).sum()) / 2
-
-
-def plate_inertia(v: np.ndarray, mass: float) -> np.ndarray:
-    """Inertia about the centroid of a uniform thin polygonal plate (fan triangulation)."""
-    c = polygon_centroid(v)
-    Ixx = Iyy = Ixy = 0.0
-    area = polygon_area(v)
-    for i in range(1, len(v) - 1):
-        tri = np.array([v[0], v[i], v[i + 1]])[:, :2] - c[:2]
-        e1, e2 = tri[1] - tri[0], tri[2] - tri[0]
-        a = abs(e1[0] * e2[1] - e1[1] * e2[0]) / 2
-        # second moments of a triangle about the origin: A/6 * (sum x_i^2 + sum x_i x_j)
-        s = lambda f, g: (f @ g + f.sum() * g.sum()) / 12 * a
-        Ixx += s(tri[:, 1], tri[:, 1])
-        Iyy += s(tri[:, 0], tri[:, 0])
-        Ixy += s(tri[:, 0], tri[:, 1])
-    rho = mass / area
-    I = rho * np.array([[Ixx, -Ixy, 0.0], [-Ixy, Iyy, 0.0], [0.0, 0.0, Ixx + Iyy]])
-    return I
-
-
 # ------------------------------------------------------------------------ build
 
 
@@ -182,7 +146,7 @@ def _node_rot(axis: np.ndarray) -> np.ndarray:
 
 def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str = "projection",
           baumgarte=(0.0, 0.0), tau_fn=None, forcing=None, gravity=(0.0, 0.0, 0.0),
-          projection_iterations: int = 3, potential_fn=None):
+          projection_iterations: int = 3, potential_fn=None, contact=None):
     """Compile ``pattern`` into a :class:`~diffmb.system.TreeSystem` with closures.
 
     Returns ``(system, info)``; ``info`` is an :class:`OrigamiInfo`. The initial state
@@ -190,6 +154,8 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     consistent with them (checked: a ValueError names the closure that does not meet).
     ``tau_fn``/``forcing``/``potential_fn``: extra hinge models (see
     :mod:`diffmb.origami.hinges`), passed to the :class:`~diffmb.system.TreeSystem`.
+    ``contact``: a :class:`~diffmb.origami.contact.ContactOptions` (``forces=False``: the
+    detector alone, the paper's model exactly) or None (neither).
     """
     _validate(pattern)
     creases = {frozenset((c.a, c.b)): c for c in pattern.creases}
@@ -198,6 +164,8 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     tp = topo.spanning_tree([(c.a, c.b) for c in pattern.creases], pattern.root,
                             method=pattern.method, cut=pattern.cut)
     panels = {p.name: p for p in pattern.panels}
+    if contact is not None:
+        check_panels(panels, contact)   # before anything compiles
     origin = {pattern.root: panels[pattern.root].centroid()}
     b = ModelBuilder(gravity=gravity)
     hinge_names, q0 = [], []
@@ -237,10 +205,19 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
         s, _ = model.body_slices[0]
         roles["hub_rate"] = model.velocity_names[s:s + 3]
         roles["hub_attitude"] = model.coordinate_names[s:s + 3]
-    system = TreeSystem(model, q0, np.zeros_like(q0), closures=closures,
-                        stabilization=stabilization, baumgarte=baumgarte, tau_fn=tau_fn,
-                        forcing=forcing, projection_iterations=projection_iterations,
-                        potential_fn=potential_fn, roles=roles)
+    kw = dict(closures=closures, stabilization=stabilization, baumgarte=baumgarte, tau_fn=tau_fn,
+              forcing=forcing, projection_iterations=projection_iterations, potential_fn=potential_fn, roles=roles)
+    system = TreeSystem(model, q0, np.zeros_like(q0), **kw)
+    if contact is not None:
+        parts = (panels, tuple(tp.nodes), origin, model,
+                 [(p, ch, creases[frozenset((p, ch))]) for p, ch in tp.tree_edges],
+                 [creases[frozenset(e)] for e in tp.cut_edges], _hinge_axis, contact)
+        element = panel_contact(*parts)
+        if element.cut_creases:
+            element = panel_contact(*parts, cut_sides=opening_sides(system, element, system.default_params()))
+        system = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
+        if contact.forces:
+            check_start(system, element, system.default_params())
     outlines = tuple(
         (name, tuple(tuple(float(c) for c in v) for v in np.asarray(panels[name].vertices, float) - origin[name]))
         for name in tp.nodes

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..formats.fold import load_fold
 from ..origami import build, map_fold
+from ..origami.contact import PSI_HAT, ContactOptions
 from ..origami.generators import miura, scheel
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
@@ -164,11 +165,38 @@ def hinge_set(pattern, v):
     return make_hinges(range(6, 6 + n), 6 + n, tape_spring=tape, stops=stops)
 
 
+#: The contact parameters every origami scenario takes (``docs/contact.md``): ``contact``
+#: 1 on, 0 the paper's model (the detector still reports); ``contact_kappa`` a factor on
+#: the default stiffnesses; ``contact_psi`` [rad] and ``contact_dhat`` [m, 0: 1e-3 of the
+#: panel size] the barriers' reaches; ``contact_thickness`` [m]; ``contact_damping``
+#: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping.
+CONTACT_DEFAULTS = {"contact": 0.0, "contact_kappa": 1.0, "contact_psi": PSI_HAT, "contact_dhat": 0.0,
+                    "contact_thickness": 0.0, "contact_damping": 0.0, "contact_crease_damping": 0.0}
+
+
+def contact_options(v) -> ContactOptions:
+    """The :class:`~diffmb.origami.contact.ContactOptions` of scenario values ``v``."""
+    on = v.get("contact", 0.0)
+    if on not in (0.0, 1.0):
+        raise ValueError(f"parameter 'contact': 0 (off, the paper's model) or 1 (on), got {on:g}")
+    for name in CONTACT_DEFAULTS:
+        x = v.get(name, CONTACT_DEFAULTS[name])
+        if not (math.isfinite(x) and x >= 0) or (name in ("contact_kappa", "contact_psi") and x == 0):
+            need = "a positive" if name in ("contact_kappa", "contact_psi") else "a non-negative"
+            raise ValueError(f"parameter {name!r} must be {need} number, got {x:g}")
+    dhat = v.get("contact_dhat", 0.0)
+    return ContactOptions(forces=on == 1.0, kappa_scale=v.get("contact_kappa", 1.0),
+                          psi_hat=v.get("contact_psi", PSI_HAT), dhat=dhat if dhat > 0 else None,
+                          thickness=v.get("contact_thickness", 0.0), damping=v.get("contact_damping", 0.0),
+                          crease_damping=v.get("contact_crease_damping", 0.0))
+
+
 def _build(name, v, stabilization):
     pattern = PATTERNS[name](v)
     hs = hinge_set(pattern, v)
     kw = {} if hs is None else dict(tau_fn=hs.tau_fn, forcing=hs.forcing, potential_fn=hs.potential)
-    system, info = build(pattern, stabilization=stabilization, baumgarte=_gains(v), **kw)
+    system, info = build(pattern, stabilization=stabilization, baumgarte=_gains(v), contact=contact_options(v),
+                         **kw)
     if hs is not None and hinge_indices(system.model) != hs.tau_fn.indices:
         raise AssertionError("hinge coordinates differ from the built model's")  # pragma: no cover
     return system, info
@@ -230,7 +258,7 @@ def _register_fold(name, description, build, defaults, *, t1, rtol=RTOL, atol=AT
     when ``--solver rk4`` is asked for, Dopri5's first step otherwise), every
     stabilization selectable, Baumgarte gains ``a``, ``b`` and hinge options settable."""
     register(Scenario(name=name, description=description, paper=PAPER, build=build,
-                      defaults={**_hinge_defaults(defaults.get("K", 0.01)), **defaults},
+                      defaults={**_hinge_defaults(defaults.get("K", 0.01)), **CONTACT_DEFAULTS, **defaults},
                       t1=t1, dt=1e-3, solver=SOLVER, rtol=rtol, atol=atol, stabilizations=STABS,
                       stabilization=STABILIZATION, conserved=_conserved))
 
@@ -328,14 +356,14 @@ def fold_scenario(path) -> Scenario:
     def make(v, stabilization):
         pattern = load_fold(path, density=v["density"], stiffness=v["K"], damping=v["c"],
                             hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None)
-        system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v))
+        system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v), contact=contact_options(v))
         return system, system.default_params()
 
     stem = os.path.splitext(os.path.basename(path))[0] or "fold"
     return Scenario(
         name=stem, description=f"crease pattern from {path}", paper="FOLD file", build=make,
         defaults={"density": 1.0, "K": 0.01, "c": 0.0, "hub_mass": 0.0,
-                  "a": 40.0, "b": 0.0},
+                  "a": 40.0, "b": 0.0, **CONTACT_DEFAULTS},
         t1=10.0, dt=1e-3, solver=SOLVER, rtol=RTOL, atol=ATOL, stabilizations=STABS,
         stabilization=STABILIZATION,
         conserved=_conserved,

@@ -112,7 +112,7 @@ def advice(traj, stabilization: str | None = None, solver: str | None = None) ->
 
 
 def check(traj, conserved=("energy", "angular_momentum"), *, energy_name: str = "energy",
-          stabilization: str | None = None, solver: str | None = None) -> list[dict]:
+          stabilization: str | None = None, solver: str | None = None, system=None, params=None) -> list[dict]:
     """Warnings for a trajectory: jumps of the ``conserved`` diagnostics (``energy``,
     ``angular_momentum``; a scenario's :attr:`~diffmb.scenarios.Scenario.conserved` says
     which its physics conserves: a controller switching phase, a torque switched on, or
@@ -120,7 +120,9 @@ def check(traj, conserved=("energy", "angular_momentum"), *, energy_name: str = 
     and ``solver`` (the run's) choose the advice in the message (:func:`advice`).
 
     Each warning is ``{"kind": "energy_jump" | "momentum_jump", "t": ..., "relative": ...,
-    "message": ...}`` for the largest jump of that kind.
+    "message": ...}`` for the largest jump of that kind. With ``system`` and its ``params``,
+    each of its force elements' own checks follow (panels through each other:
+    :meth:`diffmb.tree.force_element.ForceElement.check`).
     """
     tr = traj.trimmed()
     hint = advice(traj, stabilization, solver or traj.solver)
@@ -140,4 +142,8 @@ def check(traj, conserved=("energy", "angular_momentum"), *, energy_name: str = 
                         "message": (f"{label} jumped by {100 * j['relative']:.3g} % of its scale "
                                     f"between t = {j['t0']:.6g} and {j['t1']:.6g} s, an impulse the "
                                     f"model does not contain; {hint}")})
+    if system is not None and params is not None:
+        for e, p in zip(getattr(system, "elements", ()), params.get("elements", ()) if isinstance(params, dict)
+                        else ()):
+            out += e.check(traj.ts, traj.diagnostics, p)
     return out

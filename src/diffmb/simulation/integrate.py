@@ -592,10 +592,34 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
         return _GridSteps(grid), _snap_to_grid(ts, grid, t0, dt0)
     if fixed:
         return dfx.ConstantStepSize(), ts
-    return dfx.PIDController(
+    controller = dfx.PIDController(
         rtol=run.rtol, atol=run.atol, dtmin=(t1 - t0) * 1e-13, force_dtmin=False,
         jump_ts=system.jump_times(params),
-    ), ts
+    )
+    return (_LimitedSteps(controller, system) if system.limits_steps else controller), ts
+
+
+class _LimitedSteps(dfx.AbstractStepSizeController):
+    """An adaptive controller whose every step is at most the system's
+    :meth:`~diffmb.system.System.max_step` from where it starts (a contact barrier cannot
+    be jumped over: it acts only within its reach, where the step-size control sees it)."""
+
+    inner: dfx.AbstractStepSizeController
+    system: System
+
+    def wrap(self, direction):
+        return _LimitedSteps(self.inner.wrap(direction), self.system)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tau, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return jnp.minimum(tau, t0 + self.system.max_step(y0, args)), state
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
+        start = jnp.where(keep, y1_candidate, y0)
+        next_t1 = jnp.minimum(next_t1, next_t0 + self.system.max_step(start, args))
+        return keep, next_t0, next_t1, made_jump, state, result
 
 
 class _VectorField(eqx.Module):

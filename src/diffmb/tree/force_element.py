@@ -1,0 +1,99 @@
+"""Force elements: force models of a tree beyond its joints' springs and dampers.
+
+A :class:`ForceElement` adds generalized forces to a :class:`~diffmb.system.TreeSystem`
+that depend on the bodies' poses and velocities, read from the evaluation's kinematics
+workspace (:mod:`diffmb.tree.kinematics`): panel contact (:mod:`diffmb.origami.contact`).
+Like everything else in diffmb its structure is static and its numbers are parameters
+(``params["elements"][k]``, the element's :meth:`ForceElement.default_params`), so new
+numbers never recompile and ``jax.grad`` reaches them.
+
+An element that derives from a potential reports it (:meth:`ForceElement.energy`): the
+system adds it to the energy it conserves. An element may carry states of its own,
+integrated with the tree's (``x = [q; qd; z_1; ...]``, :meth:`ForceElement.state_rates`)
+and corrected with it after every step (:meth:`ForceElement.correct_states`): panel contact
+keeps the unwrapped angle of every cut crease, whose branch its geometry alone cannot
+tell.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import equinox as eqx
+import jax.numpy as jnp
+
+
+class ForceElement(eqx.Module):
+    """Abstract base (see module docstring). ``ws``: the kinematics workspace of the state
+    (with velocities); ``z``: the element's own states (empty when it has none);
+    ``params``: its numbers."""
+
+    @abc.abstractmethod
+    def default_params(self):
+        """The element's numbers (a pytree of arrays)."""
+
+    @property
+    def applies_forces(self) -> bool:
+        """Whether the element acts on the motion (a detector that only reports does not:
+        the system's equations are then exactly those without it)."""
+        return True
+
+    @abc.abstractmethod
+    def generalized_force(self, model, ws, z, params):
+        """``tau (nv,)``: the element's generalized force (public joint order)."""
+
+    def energy(self, model, ws, z, params):
+        """The potential the element's force derives from (0: it has none)."""
+        return jnp.zeros((), ws.pos.dtype)
+
+    def diagnostics(self, model, ws, z, params) -> dict:
+        """Quantities recorded at every save point (names distinct from the system's)."""
+        return {}
+
+    @property
+    def state_names(self) -> tuple:
+        """Names of the element's own states (``()``: none)."""
+        return ()
+
+    def init_states(self, model, ws, params, energy):
+        """The element's states at the initial state ``ws``; ``energy``: the structure's
+        energy there (kinetic and potential, the elements' own excluded)."""
+        return jnp.zeros(0, ws.pos.dtype)
+
+    def state_rates(self, model, ws, z, params):
+        """``dz/dt``."""
+        return jnp.zeros(0, ws.pos.dtype)
+
+    @property
+    def limits_steps(self) -> bool:
+        """Whether :meth:`max_step` bounds the steps of an adaptive solver."""
+        return False
+
+    def max_step(self, model, ws, z, params):
+        """The longest step from this state that cannot jump over the element's forces
+        (contact: the distance to contact over the closing speed)."""
+        return jnp.asarray(jnp.inf, ws.pos.dtype)
+
+    def evaluate(self, model, ws, z, params):
+        """``(generalized force, dz/dt)`` together (an element may share work between them)."""
+        return self.generalized_force(model, ws, z, params), self.state_rates(model, ws, z, params)
+
+    def correct_states(self, model, ws, z, params):
+        """``z`` after the tree's post-step projection (identity by default)."""
+        return z
+
+    def metrics(self, diagnostics: dict, valid, params) -> dict:
+        """Scalars a sweep member reports from its save points' :meth:`diagnostics`
+        (traced; ``valid`` the save points the run reached). A metric named in
+        :data:`SUSPECT_METRICS` above 0 makes a run that reached its end ``suspect``."""
+        return {}
+
+    def check(self, ts, diagnostics: dict, params) -> list:
+        """Warnings about a finished run (``{"kind", "t", "message", ...}``), as
+        :func:`diffmb.simulation.health.check` makes them."""
+        return []
+
+
+#: Metrics (:meth:`ForceElement.metrics`) whose positive value makes a run ``suspect``: a
+#: state that cannot happen (panels through each other).
+SUSPECT_METRICS = ("crease_overfold", "panel_overlap", "contact_overflow")

@@ -1,0 +1,88 @@
+"""The contact model's pieces against closed forms: the clamped log barrier (IPC's, C2 at
+its reach, finite and NaN-free below its floor) and the distances and overlaps of flat
+convex polygons."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from diffmb.math import barrier as br, geometry as geo
+
+
+def _square(cx, cy, half, z=0.0):
+    return jnp.array([[cx - half, cy - half, z], [cx + half, cy - half, z], [cx + half, cy + half, z],
+                      [cx - half, cy + half, z]])
+
+
+MASK = jnp.array([True] * 4)
+
+
+def test_barrier_is_c2_at_its_reach_and_its_closed_form_inside():
+    dhat = 2e-3
+    d = np.linspace(0.05, 0.999, 9) * dhat
+    expect = -((d - dhat) ** 2) * np.log(d / dhat)
+    np.testing.assert_allclose(br.barrier(jnp.asarray(d), dhat), expect, rtol=1e-13)
+    db, d2b = jax.grad(br.barrier), jax.grad(jax.grad(br.barrier))
+    for f in (br.barrier, db, d2b):   # value, slope and curvature vanish at the reach (b'' ~ 6 e)
+        assert abs(float(f(dhat * (1 - 1e-9), dhat))) < 1e-8 and float(f(dhat * 1.5, dhat)) == 0.0
+    # and the curvature at half the reach: 2 ln 2 + 5
+    assert float(d2b(dhat / 2, dhat)) == pytest.approx(2 * np.log(2) + 5, rel=1e-12)
+
+
+def test_below_its_floor_the_barrier_is_finite_and_continues_smoothly():
+    dhat = 1e-3
+    f = br.FLOOR * dhat
+    vals = [br.barrier, jax.grad(br.barrier), jax.grad(jax.grad(br.barrier))]
+    for g in vals:   # C2 across the floor
+        lo, hi = float(g(f * (1 - 1e-7), dhat)), float(g(f * (1 + 1e-7), dhat))
+        assert lo == pytest.approx(hi, rel=1e-5)
+    for d in (0.0, -1.0, -1e6):
+        for g in vals:
+            assert np.isfinite(float(g(d, dhat)))
+    assert float(jax.grad(br.barrier)(0.0, dhat)) < 0  # still pushing apart
+
+
+def test_barrier_inverse_recovers_the_distance():
+    dhat = 1e-3
+    for d in (1e-6, 3e-4, 9e-4):
+        assert float(br.barrier_inverse(br.barrier(d, dhat), dhat)) == pytest.approx(d, rel=1e-9)
+
+
+def test_point_polygon_distance_inside_beside_and_off_a_corner():
+    A = _square(0, 0, 1.0)
+    assert float(geo.point_polygon_distance(jnp.array([0.2, 0.3, -0.4]), A, MASK)) == pytest.approx(0.4)
+    assert float(geo.point_polygon_distance(jnp.array([2.0, 0.5, 0.0]), A, MASK)) == pytest.approx(1.0)
+    assert float(geo.point_polygon_distance(jnp.array([2.0, 2.0, 1.0]), A, MASK)) == pytest.approx(np.sqrt(3))
+    # continuous, with a continuous gradient, across the rim of the face
+    g = jax.grad(geo.point_polygon_distance)
+    p_in, p_out = jnp.array([1.0 - 1e-9, 0.0, 0.5]), jnp.array([1.0 + 1e-9, 0.0, 0.5])
+    assert float(geo.point_polygon_distance(p_in, A, MASK)) == pytest.approx(
+        float(geo.point_polygon_distance(p_out, A, MASK)), abs=1e-8)
+    np.testing.assert_allclose(g(p_in, A, MASK), g(p_out, A, MASK), atol=1e-8)
+    # a triangle padded to four rows
+    tri = jnp.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0]])
+    m = jnp.array([True, True, True, False])
+    assert float(geo.point_polygon_distance(jnp.array([0.6, 0.6, 0.0]), tri, m)) == pytest.approx(0.1 * np.sqrt(2))
+
+
+def test_segment_distance_crossing_parallel_and_skew():
+    s = lambda *v: [jnp.asarray(x, float) for x in v]
+    assert float(geo.segment_distance(*s([0, 0, 0], [1, 0, 0], [0.5, -1, 1], [0.5, 1, 1]))) == pytest.approx(1.0)
+    assert float(geo.segment_distance(*s([0, 0, 0], [1, 0, 0], [0.2, 0, 1], [0.8, 0, 1]))) == pytest.approx(1.0)
+    assert float(geo.segment_distance(*s([0, 0, 0], [1, 0, 0], [2, 1, 0], [3, 1, 0]))) == pytest.approx(np.sqrt(2))
+    # parallel edges: no NaN in the gradient
+    grad = jax.grad(lambda a: geo.segment_distance(a, *s([1, 0, 0], [0.2, 0, 1], [0.8, 0, 1])))(jnp.zeros(3))
+    assert np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_overlap_depth_apart_touching_stacked_and_crossing():
+    A = _square(0, 0, 1.0)
+    assert float(geo.overlap_depth(A, MASK, _square(0, 0, 0.5, 0.1), MASK)) == pytest.approx(-0.1)  # a layer above
+    assert float(geo.overlap_depth(A, MASK, _square(0.2, 0, 0.5), MASK)) == pytest.approx(0.0)       # face to face
+    assert float(geo.overlap_depth(A, MASK, _square(2.5, 0, 0.5), MASK)) == pytest.approx(-1.0)      # beside it
+    plate = jnp.array([[-0.3, 0, -0.2], [0.3, 0, -0.2], [0.3, 0, 0.3], [-0.3, 0, 0.3]])               # through it
+    assert float(geo.overlap_depth(A, MASK, plate, MASK)) == pytest.approx(0.2)
+    assert float(geo.overlap_depth(A, MASK, plate + jnp.array([[1.5, 0.0, 0.0]]), MASK)) == pytest.approx(-0.2)
