@@ -118,11 +118,12 @@ METRICS = {
     "crease_overfold": "how far a crease folded past 180 deg: its panels pass through each other [rad] "
                        "(0: none; above 0: suspect)",
     "panel_overlap": "deepest crossing of two panels that share no vertex [m] (0: none; above 0: suspect)",
-    "min_contact_gap": "smallest gap between two panels that share no vertex, with contact [m]",
+    "min_contact_gap": "smallest gap between two armed panels that share no vertex, with contact [m] "
+                       "(inf: no pair armed, e.g. layers stacked all run)",
     "min_crease_margin": "smallest margin of a crease to its barrier's wall, with contact [rad]",
     "peak_contact_force": "largest force of one panel contact primitive, with contact [N]",
     "peak_crease_torque": "largest torque of a crease barrier, with contact [N m]",
-    "contact_events": "save points in contact after one out of contact (the first counts), with contact",
+    "contact_events": "save points with a barrier within reach after one without (the first counts), with contact",
     "contact_overflow": "candidate pairs within reach beyond the broad phase's capacity (above 0: suspect)",
 }
 

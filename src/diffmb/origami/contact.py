@@ -363,25 +363,24 @@ class PanelContact(ForceElement):
 
     @property
     def limits_steps(self) -> bool:
-        return self.forces
+        return self.forces and bool(self.pairs)
 
     def max_step(self, model, ws, z, p):
-        """The distance to the nearest barrier, plus half its reach, over the fastest it
-        can close (:func:`speed_caps`: what the energy allows): no step can carry a crease
-        or a panel across a reach unseen."""
-        tiny = jnp.asarray(1e-300, ws.pos.dtype)
+        """The distance of the nearest armed pair of panels to its barrier's reach, plus
+        half the reach, over the fastest two vertices can close (:func:`speed_caps`: what
+        the energy allows): no step can carry a vertex through a face unseen, where the
+        distance, unsigned, would be positive again on the far side. Creases need no such
+        limit: their barrier is one-sided in the angle (beyond its end it continues as a
+        stiff quadratic, which the step's error estimate sees), so a crease resting at
+        flat, as a stowed stack's do, does not hold the steps back."""
         out = jnp.asarray(jnp.inf, ws.pos.dtype)
-        speed, rate = speed_caps(p, self._budget(z))
-        theta = self.crease_angles(ws, z, p)
-        if theta.shape[0]:
-            free = jnp.maximum(jnp.pi - jnp.abs(theta), 0.0) + 0.5 * p["psi_hat"]
-            out = jnp.minimum(out, jnp.min(free) / (rate + tiny))
         if self.pairs:
+            speed, _ = speed_caps(p, self._budget(z))
             P = self.vertices(ws, p)
             bound = self._pair_bounds(P, p)
             free = jnp.maximum(bound - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
             out = jnp.minimum(out, jnp.min(jnp.where(self._armed(z, P.dtype) > 0, free, jnp.inf))
-                              / (2 * speed + tiny))
+                              / (2 * speed + jnp.asarray(1e-300, ws.pos.dtype)))
         return out
 
     def _arming_rates(self, bound, p):
@@ -414,9 +413,16 @@ class PanelContact(ForceElement):
             out["contact_energy"] = self.energy(model, ws, z, p)
             out["crease_margin"] = jnp.min(jnp.pi + p["psi_hat"] - jnp.abs(theta)) if theta.shape[0] else \
                 jnp.asarray(jnp.inf, ws.pos.dtype)
+            active = jnp.zeros((), bool)
             if theta.shape[0]:
                 torque = jax.grad(lambda t: self._crease_energy(t, p, self._budget(z)))(theta)
                 out["crease_torque"] = jnp.max(jnp.abs(torque))
+                active = jnp.any(jnp.abs(theta) > jnp.pi + 1e-6 * p["psi_hat"])
+            if self.pairs:
+                P = self.vertices(ws, p)
+                bound = self._pair_bounds(P, p)
+                active = active | jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
+            out["contact_active"] = active.astype(ws.pos.dtype)
             if self.pairs:
                 _, gap, overflow, (a, w, gaps) = self._panel_terms(self.vertices(ws, p), z, p)
                 slope = jax.grad(lambda g: jnp.sum(br.barrier(g, p["dhat"])))(gaps)
@@ -426,7 +432,7 @@ class PanelContact(ForceElement):
         return out
 
     # ------------------------------------------------------------------ after a run
-    def _unwrapped(self, theta, valid):
+    def unwrapped(self, theta, valid):
         """Crease angles over the save points, unwrapped in time and put on the branch of
         their start (tree creases: their coordinates'; cut creases: :attr:`cut_folds`)."""
         n = jnp.maximum(jnp.sum(valid) - 1, 0)
@@ -439,7 +445,7 @@ class PanelContact(ForceElement):
     def metrics(self, diagnostics, valid, params):
         out = {}
         if "crease_angle" in diagnostics:
-            s = self._unwrapped(diagnostics["crease_angle"], valid)
+            s = self.unwrapped(diagnostics["crease_angle"], valid)
             worst = jnp.max(jnp.where(valid[:, None], jnp.abs(s), 0.0))
             out["max_crease_angle"] = worst
             out["crease_overfold"] = jnp.maximum(worst - jnp.pi - params["crease_tolerance"], 0.0)
@@ -453,11 +459,11 @@ class PanelContact(ForceElement):
         for key, name in (("contact_force", "peak_contact_force"), ("crease_torque", "peak_crease_torque")):
             if key in diagnostics:
                 out[name] = jnp.max(jnp.where(valid, diagnostics[key], 0.0))
-        if "contact_energy" in diagnostics:
-            # an event: a save point in contact after one out of contact
-            touching = valid & (diagnostics["contact_energy"] > 0)
-            out["contact_events"] = (touching[0] + jnp.sum(touching[1:] & ~touching[:-1])).astype(
-                diagnostics["contact_energy"].dtype)
+        if "contact_active" in diagnostics:
+            # an event: a save point with a barrier within reach after one without
+            touching = valid & (diagnostics["contact_active"] > 0)
+            dtype = diagnostics["contact_active"].dtype
+            out["contact_events"] = touching[0].astype(dtype) + jnp.sum(touching[1:] & ~touching[:-1]).astype(dtype)
         if "contact_overflow" in diagnostics:
             out["contact_overflow"] = jnp.max(jnp.where(valid, diagnostics["contact_overflow"], 0.0))
         return out
@@ -467,7 +473,7 @@ class PanelContact(ForceElement):
         valid = np.isfinite(ts)
         out = []
         if "crease_angle" in diagnostics and valid.any():
-            s = np.asarray(self._unwrapped(jnp.asarray(diagnostics["crease_angle"]), jnp.asarray(valid)))
+            s = np.asarray(self.unwrapped(jnp.asarray(diagnostics["crease_angle"]), jnp.asarray(valid)))
             over = np.where(valid[:, None], np.abs(s), 0.0) - np.pi
             tol = float(params["crease_tolerance"])
             bad = [k for k in range(s.shape[1]) if over[:, k].max() > tol]

@@ -271,13 +271,45 @@ def violation_figure(traj, title: str | None = None):
     return fig
 
 
+def contact_figure(traj, title: str | None = None, system=None):
+    """An origami run's panels (``docs/contact.md``): the largest crease angle against
+    the 180 deg where zero-thickness panels meet face to face, and the deepest crossing of
+    two panels that share no vertex; with contact on, also the smallest gap, on a log
+    scale. ``system`` gives the cut creases' angles unwrapped on their start branch."""
+    d = traj.diagnostics
+    ts = np.asarray(traj.ts)
+    theta = np.asarray(d["crease_angle"], float)
+    elements = getattr(system, "elements", ()) if system is not None else ()
+    if elements and hasattr(elements[0], "unwrapped"):
+        theta = np.asarray(elements[0].unwrapped(theta, np.ones(len(ts), bool)))
+    gap = np.asarray(d["contact_gap"], float) if "contact_gap" in d else None
+    fig, axes = _figure(3 if gap is not None else 2, _title("panels", title))
+    axes[0].plot(ts, np.degrees(np.abs(theta).max(axis=1)), label="largest |crease angle|")
+    axes[0].axhline(180.0, color="k", lw=0.8, ls="--", label="180 deg: panels face to face")
+    axes[0].set_ylabel("[deg]")
+    _legend_outside(axes[0], 2)
+    if "panel_overlap" in d:
+        axes[1].plot(ts, np.maximum(np.asarray(d["panel_overlap"], float), 0.0), color="C3",
+                     label="deepest crossing (0: none)")
+        _legend_outside(axes[1], 1)
+    axes[1].set_ylabel("[m]")
+    axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    if gap is not None:
+        shown = np.where(np.isfinite(gap) & (gap > 0), gap, np.nan)
+        axes[2].semilogy(ts, shown, color="C2", label="smallest contact gap (armed pairs)")
+        axes[2].set_ylabel("[m]")
+        _legend_outside(axes[2], 1)
+    return fig
+
+
 def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = "", system=None) -> list[Path]:
     """Write the figures of ``traj`` as PNGs into ``out_dir``; returns their paths.
 
     Files are ``<prefix><figure>.png``: always ``coordinates``; ``energy`` when the system
     reports energy; ``angular_momentum`` when it reports angular momentum; ``violation``
-    when it has constraints. Only the rows the run reached are drawn. ``system`` (optional)
-    gives the coordinates' units from its joints; without it they come from the names.
+    when it has constraints; ``contact`` for an origami run (:func:`contact_figure`).
+    Only the rows the run reached are drawn. ``system`` (optional) gives the
+    coordinates' units from its joints; without it they come from the names.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -291,10 +323,12 @@ def plot_trajectory(traj, out_dir, *, title: str | None = None, prefix: str = ""
         figures["angular_momentum"] = angular_momentum_figure
     if tr.violation:
         figures["violation"] = violation_figure
+    if "crease_angle" in tr.diagnostics:
+        figures["contact"] = contact_figure
     paths = []
     for name, make in figures.items():
         path = out_dir / f"{prefix}{name}.png"
-        fig = make(tr, title, system) if name == "coordinates" else make(tr, title)
+        fig = make(tr, title, system) if name in ("coordinates", "contact") else make(tr, title)
         fig.savefig(path, dpi=110)
         paths.append(path)
     return paths
