@@ -36,11 +36,25 @@ def _run(tmp_path, name, args, float32: bool):
     return json.loads((out / "r.json").read_text()), traj.trimmed()
 
 
+#: Runs whose panels pass through each other, by the detector (``docs/contact.md``): the
+#: 4x4 map fold's stacked layers cross in float64 too (0.63 mm within 1 s); fold-2x4's
+#: rows lie stacked on a crease held at flat by nothing but symmetry, and float32's
+#: integration error (rtol 1.2e-5) tips it past flat (measured: 2.7e-4 rad, layers
+#: crossing by 0.55 mm), where float64 keeps it to 1e-12 rad. The paper's model has no
+#: contact to stop either, and the run says so; everything else is checked as for the rest.
+CROSSING_IN_FLOAT32 = {"fold-2x4", "map-fold"}
+
+
 def _check_float32(tmp_path, name, args=(), momentum=1e-5):
     r32, t32 = _run(tmp_path, name, args, True)
     r64, t64 = _run(tmp_path, name, args, False)
     assert t32.xs.dtype == np.float32 and t64.xs.dtype == np.float64
-    assert r32["status"] == "success" and r32["t1"] == r64["t1"]
+    if name in CROSSING_IN_FLOAT32:
+        kinds = {w["kind"] for w in r32["warnings"]}
+        assert r32["status"] == "suspect" and kinds and kinds <= {"crease_overfold", "panel_overlap"}, kinds
+    else:
+        assert r32["status"] == "success"
+    assert r32["t1"] == r64["t1"]
     assert r32["violation"]["position_max"] < 1e-4
     assert r32["energy"]["max_rel_change"] < 1e-3
     scale = float(np.max(t64.diagnostics["momentum_scale"]))
