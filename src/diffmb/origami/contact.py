@@ -213,21 +213,25 @@ class PanelContact(ForceElement):
     # ------------------------------------------------------------------ tier B
     def _pair_bounds(self, P, p):
         """A lower bound on every pair's distance: the bounding spheres' gap, or the gap
-        between one panel's plane and the other's vertices, whichever is larger."""
+        between one panel's plane and the other's vertices, whichever is larger. Formed
+        for all panels at once as dense (panels x panels) tables, then read at the pairs:
+        a few small products where a gather of every pair's vertices would cost more than
+        the rest of the contact term."""
         i = np.asarray([q[0] for q in self.pairs], int)
         j = np.asarray([q[1] for q in self.pairs], int)
         m = self._mask()
         c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(P.dtype)[:, None]
-        sphere = geo._norm(c[i] - c[j]) - p["radius"][i] - p["radius"][j]
+        cc = jnp.sum(c * c, -1)
+        # centre distances from the Gram matrix (its round-off, 1e-16 of the structure's
+        # size squared, is far below any reach)
+        d2 = jnp.maximum(cc[:, None] + cc[None, :] - 2.0 * c @ c.T, geo.TINY)
+        sphere = jnp.sqrt(d2) - p["radius"][:, None] - p["radius"][None, :]
         n = jax.vmap(geo.polygon_normal)(P, m)
-
-        def plane_gap(a, b):
-            h = jnp.einsum("pkd,pd->pk", P[b] - P[a][:, :1, :], n[a])
-            lo = jnp.min(jnp.where(m[b], h, jnp.inf), 1)
-            hi = jnp.max(jnp.where(m[b], h, -jnp.inf), 1)
-            return jnp.maximum(lo, -hi)
-
-        return jnp.maximum(sphere, jnp.maximum(plane_gap(i, j), plane_gap(j, i)))
+        # h[a, b, k]: vertex k of panel b above the plane of panel a; a padded vertex row
+        # repeats a real vertex, so it changes neither extreme
+        h = jnp.einsum("bkd,ad->abk", P, n) - jnp.sum(P[:, 0, :] * n, -1)[:, None, None]
+        plane = jnp.maximum(jnp.min(h, -1), -jnp.max(h, -1))
+        return jnp.maximum(sphere, jnp.maximum(plane, plane.T))[i, j]
 
     def _candidates(self, bound, armed):
         """The pairs evaluated exactly: all of them, or the ``capacity`` armed ones nearest
@@ -331,10 +335,19 @@ class PanelContact(ForceElement):
         active = jnp.any(jnp.abs(theta[nt:]) > jnp.pi + 1e-6 * p["psi_hat"]) if self.cut_creases else \
             jnp.zeros((), bool)
         bound, P = None, None
+        touching = jnp.zeros((), bool)
         if self.pairs:
             P = self.vertices(ws, p)
             bound = self._pair_bounds(P, p)
-            active = active | jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
+            touching = jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
+            active = active | touching
+
+        def panel_forces(_):
+            f = -jax.grad(lambda P: self._panel_terms(P, z, p, bound)[0])(P)
+            if self.damped:
+                V = self._vertex_velocities(ws, P)
+                f = f - jax.grad(lambda V: self._panel_dissipation(P, V, z, p))(V)
+            return f
 
         def through_the_tree(_):
             F = jnp.zeros((model.n_bodies, 6), ws.pos.dtype)
@@ -342,11 +355,8 @@ class PanelContact(ForceElement):
                 u, _, _, ia, ib = self._cut_geometry(ws, p)
                 moment = g[nt:, None] * u
                 F = F.at[ib, :3].add(-moment).at[ia, :3].add(moment)
-            if self.pairs:
-                f = -jax.grad(lambda P: self._panel_terms(P, z, p, bound)[0])(P)
-                if self.damped:
-                    V = self._vertex_velocities(ws, P)
-                    f = f - jax.grad(lambda V: self._panel_dissipation(P, V, z, p))(V)
+            if self.pairs:   # the exact distances only while an armed pair is within reach
+                f = jax.lax.cond(touching, panel_forces, lambda _: jnp.zeros_like(P), None)
                 b = np.asarray(self.panel_body)
                 moving = b >= 0   # a panel on the world takes its reaction there
                 F = (F.at[b[moving], :3].add(jnp.sum(jnp.cross(P, f), 1)[moving])
