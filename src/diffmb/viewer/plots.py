@@ -282,16 +282,23 @@ def contact_figure(traj, title: str | None = None, system=None):
     elements = getattr(system, "elements", ()) if system is not None else ()
     if elements and hasattr(elements[0], "unwrapped"):
         theta = np.asarray(elements[0].unwrapped(theta, np.ones(len(ts), bool)))
+    numbers = elements[0].numbers if elements and hasattr(elements[0], "numbers") else {}
     gap = np.asarray(d["contact_gap"], float) if "contact_gap" in d else None
     fig, axes = _figure(3 if gap is not None else 2, _title("panels", title))
-    axes[0].plot(ts, np.degrees(np.abs(theta).max(axis=1)), label="largest |crease angle|")
-    axes[0].axhline(180.0, color="k", lw=0.8, ls="--", label="180 deg: panels face to face")
+    axes[0].plot(ts, np.degrees(np.abs(theta).max(axis=1) - np.pi), label="largest crease, past 180 deg")
+    axes[0].axhline(0.0, color="k", lw=0.8, ls="--", label="0: panels face to face")
+    if "crease_tolerance" in numbers:
+        axes[0].axhline(float(np.degrees(numbers["crease_tolerance"])), color="C3", lw=0.8, ls=":",
+                        label="beyond: panels through each other")
     axes[0].set_ylabel("[deg]")
-    _legend_outside(axes[0], 2)
+    _legend_outside(axes[0], 3)
     if "panel_overlap" in d:
         axes[1].plot(ts, np.maximum(np.asarray(d["panel_overlap"], float), 0.0), color="C3",
                      label="deepest crossing (0: none)")
-        _legend_outside(axes[1], 1)
+        if "overlap_tolerance" in numbers:
+            axes[1].axhline(float(numbers["overlap_tolerance"]), color="C3", lw=0.8, ls=":",
+                            label="beyond: a crossing")
+        _legend_outside(axes[1], 2)
     axes[1].set_ylabel("[m]")
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     if gap is not None:
