@@ -349,8 +349,12 @@ class DenseFactor(Factor):
     """The dense Cholesky factor of ``M + rho G^T G``."""
 
     chol: jnp.ndarray
+    #: ``chol`` holds ``L^-1``, not ``L`` (the ``"device"`` form: a solve is two products)
+    inverted: bool = eqx.field(static=True, default=False)
 
     def _solve(self, r):
+        if self.inverted:
+            return sp.mtv(self.chol, sp.mv(self.chol, r))
         return small_cholesky.cho_solve(self.chol, r)
 
     def _written(self) -> bool:
@@ -404,7 +408,9 @@ def factor(M, G: Blocks, kappa: float | None = None, plan: bt.Plan | None = None
     # the factorisation reads the lower triangle only, and carries no derivative (derivatives
     # go through _apply_inverse, with the full M and G)
     A = jnp.tril(M) + rho * GtG
-    chol = lax.linalg.cholesky(lax.stop_gradient(A), symmetrize_input=False)
+    if sp.contraction_form() == "device" and A.ndim == 2:
+        return DenseFactor(rho=rho, M=M, G=G, chol=small_cholesky.inverse_factor(lax.stop_gradient(A)), inverted=True)
+    chol = small_cholesky.cholesky(lax.stop_gradient(A))
     return DenseFactor(rho=rho, M=M, G=G, chol=chol)
 
 

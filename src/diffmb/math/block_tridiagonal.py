@@ -43,6 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import small_cholesky
+
 #: Cost model, in microseconds on one CPU core (2-core AMD EPYC, fitted to the factor
 #: of the map folds' block shapes and to dense factors of 100-450 unknowns): small
 #: blocks run at a fifth of LAPACK's speed on a large matrix, each block step costs a
@@ -170,10 +172,6 @@ def plan(adjacency: np.ndarray, min_nv: int = MIN_NV, dense_extra_us: float = 0.
 # ------------------------------------------------------------------ numerical part
 
 
-def _tri(L, B, *, left: bool, transpose: bool = False):
-    return lax.linalg.triangular_solve(L, B, left_side=left, lower=True, transpose_a=transpose)
-
-
 class Factors(NamedTuple):
     """The block factor as the solves use it. With ``Li_t = L_t^-1`` (explicit: the
     solves then are products only, one per block step):
@@ -203,14 +201,12 @@ def factor(D, E, C, B) -> Factors:
     k, b, _ = D.shape
     w = B.shape[0]
     dt = D.dtype
-    eye = jnp.eye(b, dtype=dt)
 
     def step(carry, blocks):
         FW = carry                                   # [F_{t-1}; W_{t-1}]  (b + w, b)
         Dt, ECt = blocks                             # D_t, [E_t; C_t]
         upd = FW @ FW[:b].T                          # [F F^T; W F^T]
-        Lt = lax.linalg.cholesky(Dt - upd[:b], symmetrize_input=False)
-        Li = _tri(Lt, eye, left=True)
+        Li = small_cholesky.inverse_factor(Dt - upd[:b])
         ECt = ECt - jnp.concatenate([jnp.zeros((b, b), dt), upd[b:]])
         FWn = ECt @ Li.T                             # [F_t; W_t] = [E_t; C_t - W F^T] L_t^-T
         return FWn, (Li, FWn)
@@ -223,8 +219,7 @@ def factor(D, E, C, B) -> Factors:
     R = jnp.swapaxes(W @ Li, 1, 2)
     if w:
         Wf = jnp.swapaxes(W, 0, 1).reshape(w, k * b)
-        LB = lax.linalg.cholesky(B - Wf @ Wf.T, symmetrize_input=False)
-        LBi = _tri(LB, jnp.eye(w, dtype=dt), left=True)
+        LBi = small_cholesky.inverse_factor(B - Wf @ Wf.T)
     else:
         LBi = jnp.zeros((0, 0), dt)
     return Factors(Li, P, Q, R, W, LBi)

@@ -59,8 +59,9 @@ def cross(a, b):
     return lax.concatenate([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], a.ndim - 1)
 
 
-#: The two forms of the small products below (:func:`mv`, :func:`mtv`, :func:`mm`,
-#: :func:`vdot`), chosen at trace time by :func:`written_out`:
+#: The forms of the small products below (:func:`mv`, :func:`mtv`, :func:`mm`,
+#: :func:`vdot`) and of the small dense algebra (:mod:`diffmb.math.small_cholesky`), chosen
+#: at trace time by :func:`written_out` or :func:`traced_as`:
 #:
 #: * ``"reduce"`` (default): multiply-and-reduce. Fewest kernels, best for one state of a
 #:   small system, where a step is bound by kernel count (fold-4panel 10 s: 0.068 s
@@ -70,6 +71,12 @@ def cross(a, b):
 #:   over a short axis as a scalar loop per output element, so vmapped batches on a CPU
 #:   gain: ``X^T I X`` of 32 bodies x 1024 states 4.0 against 18 us per state; the
 #:   fold-4panel vector field 4.4 against 9.3 us per member at 512 members.
+#: * ``"device"``: the form of accelerator batch programs: products reduced, as in
+#:   ``"reduce"``, and the Cholesky factorisations and triangular solves written out as
+#:   elementwise code or loops of known trip count, so that a step holds no library call
+#:   (on a GPU a cuSOLVER/cuBLAS call is a fusion barrier and keeps the step loop from
+#:   being captured as one device graph).
+FORMS = ("reduce", "written", "device")
 _FORM = contextvars.ContextVar("diffmb_contraction_form", default="reduce")
 #: Longest axis written out; longer contractions always reduce.
 WRITTEN_OUT_MAX = 6
@@ -93,8 +100,26 @@ def written_out(on: bool = True):
         _FORM.reset(token)
 
 
+@contextlib.contextmanager
+def traced_as(form: str):
+    """Trace the block in ``form`` (one of :data:`FORMS`)."""
+    if form not in FORMS:
+        raise ValueError(f"form: unknown {form!r}; expected one of {list(FORMS)}")
+    token = _FORM.set(form)
+    try:
+        yield
+    finally:
+        _FORM.reset(token)
+
+
+def batch_form(on_cpu: bool) -> str:
+    """The form a batch program is traced in: ``"written"`` on a CPU, ``"device"`` on an
+    accelerator."""
+    return "written" if on_cpu else "device"
+
+
 def contraction_form() -> str:
-    """The form the small products are traced in now: ``"reduce"`` or ``"written"``."""
+    """The form the program is traced in now: one of :data:`FORMS`."""
     return _FORM.get()
 
 
@@ -127,7 +152,7 @@ def writes_out(n: int, out_shape=()) -> bool:
     written out: short, and in the ``"written"`` form or with many results."""
     if n > WRITTEN_OUT_MAX:
         return False
-    return _FORM.get() == "written" or math.prod(out_shape) >= WRITTEN_OUT_MIN_RESULTS
+    return _FORM.get() in ("written", "device") or math.prod(out_shape) >= WRITTEN_OUT_MIN_RESULTS
 
 
 def _long(A, x, axis=-1):
