@@ -40,7 +40,7 @@ from jax.typing import ArrayLike
 
 from ..math import spatial
 from ..system import System
-from . import _diffrax_ulps
+from . import _diffrax_ulps, fixed_steps
 from .trajectory import STATUS_CODES, Trajectory
 
 #: A pytree of arrays (a System's params).
@@ -239,18 +239,6 @@ class _GridSteps(dfx.AbstractStepSizeController):
         return True, t1, self.grid[k], False, controller_state + 1, dfx.RESULTS.successful
 
 
-def _step_grid(t0, t1, dt0, max_steps: int):
-    """``(max_steps + 2,)`` step ends ``t0 + (t1 - t0) k / n`` for ``k <= n``, then ``t1``;
-    ``n = ceil((t1 - t0) / dt0)`` as diffrax's ConstantStepSize counts it. The barrier
-    keeps XLA from folding ``t0, t1, dt0`` known at trace time into the arithmetic
-    (rewritten, it rounds differently), so a run inside a jitted function (a sweep's
-    members) steps to the same times as the same run called directly."""
-    t0, t1, dt0 = jax.lax.optimization_barrier((t0, t1, dt0))
-    n = jnp.ceil((t1 - t0) / jnp.nextafter(dt0, jnp.inf))
-    k = jnp.arange(max_steps + 2, dtype=t0.dtype)
-    return jnp.where(k < n, t0 + (t1 - t0) * (k / n), t1)
-
-
 def _snap_to_grid(ts, grid, t0, dt0):
     """Save times within 1e-9 of a step of a step end moved onto it exactly (value only:
     the derivative with respect to ``ts`` is kept, for :func:`states_at`)."""
@@ -338,6 +326,7 @@ def simulate(
     max_violation: float | None = None,
     adjoint: str = "checkpoint",
     diagnostics: bool = True,
+    loop: str = "diffrax",
     _compile_only: bool = False,
 ) -> Trajectory:
     """Integrate ``system`` from ``t0`` to ``t1`` and return a :class:`Trajectory`.
@@ -352,11 +341,14 @@ def simulate(
     ``checkpoint`` (memory-bounded recursive checkpointing, default), ``direct`` (supports
     forward-mode) or ``backsolve``. ``diagnostics=False`` leaves the trajectory's
     ``diagnostics`` and ``violation`` empty and skips their program: for a loss that reads
-    states only (it compiles and runs faster).
+    states only (it compiles and runs faster). ``loop``: ``diffrax`` (diffrax's step loop),
+    ``scan`` (a fixed-step run as loops of known trip count, :mod:`~diffmb.simulation.fixed_steps`:
+    save points evenly spaced on step ends, no events, no progress bar, the checkpointed or
+    direct adjoint) or ``auto`` (``scan`` where the run allows it, else ``diffrax``).
     """
     args = _prepare(system, t1=t1, t0=t0, x0=x0, params=params, dt=dt, solver=solver, rtol=rtol,
                     atol=atol, saveat=saveat, max_steps=max_steps, events=events,
-                    progress=progress, max_violation=max_violation, adjoint=adjoint)
+                    progress=progress, max_violation=max_violation, adjoint=adjoint, loop=loop)
     if _compile_only:
         return args
     tr = _solve(*args)
@@ -378,7 +370,7 @@ class _Prepared(NamedTuple):
 
 
 def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_steps, events,
-             progress, max_violation, adjoint) -> _Prepared:
+             progress, max_violation, adjoint, loop="diffrax") -> _Prepared:
     """Validated arguments of the jitted solve (see :class:`_Prepared`)."""
     solver, t0f, t1f, events = _check_run(system, t1=t1, t0=t0, dt=dt, solver=solver, rtol=rtol, atol=atol,
                                           events=events)
@@ -397,6 +389,7 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
         # steps of dt and a sliver, and float round-off in span/dt adds a step.
         n_fixed = max(1, math.ceil((t1f - t0f) / float(dt) - 1e-6))
         dt = (t1f - t0f) / n_fixed
+    steps_per_save = _counted_loop(loop, fixed and n_fixed, ts, t0f, t1f, events, progress, adjoint)
     dt0 = None if dt is None else jnp.asarray(dt, dtype)
     run = _Run(
         solver=solver,
@@ -411,10 +404,31 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
         adjoint=adjoint,
         events=events,
         form=spatial.contraction_form(),
+        steps_per_save=steps_per_save,
     )
     _adjoint(adjoint)  # validate before tracing
     return _Prepared(run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
                      jnp.asarray(ts, dtype), jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
+
+
+LOOPS = ("auto", "diffrax", "scan")
+
+
+def _counted_loop(loop, n_steps, ts, t0, t1, events, progress, adjoint) -> int:
+    """Steps per save interval of a run in counted loops (:mod:`~diffmb.simulation.fixed_steps`),
+    0 for diffrax's loop: ``loop="scan"`` where the run cannot be one says why."""
+    if loop not in LOOPS:
+        raise ValueError(f"loop: unknown {loop!r}; expected one of {list(LOOPS)}")
+    if loop == "diffrax":
+        return 0
+    why = ("an adaptive solver" if not n_steps else "events" if events else "a progress bar" if progress
+           else f"the {adjoint} adjoint" if adjoint == "backsolve" else None)
+    k = None if why else fixed_steps.scan_fits(n_steps, ts, t0, t1)
+    if k is None and why is None:
+        why = f"save points that are not evenly spaced ends of its {n_steps} steps"
+    if why is not None and loop == "scan":
+        raise ValueError(f"loop='scan': a run with {why} needs diffrax's loop (loop='diffrax')")
+    return k or 0
 
 
 def _check_run(system, *, t1, t0, dt, solver, rtol, atol, events):
@@ -520,11 +534,12 @@ class RunSettings(eqx.Module):
     atol: float = eqx.field(static=True, default=1e-10)
     saveat: int = eqx.field(static=True, default=1001)
     max_violation: float | None = eqx.field(static=True, default=None)
+    loop: str = eqx.field(static=True, default="auto")
 
     def run(self, system, params, x0=None, **kw):
         return simulate(system, t1=self.t1, dt=self.dt, params=params, solver=self.solver,
                         rtol=self.rtol, atol=self.atol, saveat=self.saveat, x0=x0,
-                        max_violation=self.max_violation, **kw)
+                        max_violation=self.max_violation, loop=self.loop, **kw)
 
 
 class _Run(eqx.Module):
@@ -542,12 +557,18 @@ class _Run(eqx.Module):
     project_saves: bool = eqx.field(static=True, default=True)
     #: the small products' form the program is traced in (:func:`diffmb.math.spatial.written_out`)
     form: str = eqx.field(static=True, default="reduce")
+    #: steps per save interval in counted loops (:mod:`~diffmb.simulation.fixed_steps`); 0: diffrax's loop
+    steps_per_save: int = eqx.field(static=True, default=0)
 
 
 @eqx.filter_jit
 def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     """The integration: states at the save points ``ts``, with the run's status (see
     :func:`simulate`; ``max_violation`` is traced, ``inf`` when not checked)."""
+    if run.steps_per_save:
+        return fixed_steps.solve(run, system, params, x0, t0, t1, dt0, ts, max_violation,
+                                 steps_per_save=run.steps_per_save, solver_cls=FIXED_SOLVERS[run.solver],
+                                 project=_project)
     solver = _solver(run, system)
     controller, ts = _step_control(run, system, params, t0, t1, dt0, ts)
     event = _event(run, system, max_violation)
@@ -588,7 +609,7 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
     if fixed and run.adjoint != "backsolve":
         # (backsolve integrates the adjoint backwards with this controller: a grid of
         # increasing times cannot serve it, and it recomputes nothing from checkpoints)
-        grid = _step_grid(t0, t1, dt0, run.max_steps)
+        grid = fixed_steps.step_grid(t0, t1, dt0, run.max_steps)
         return _GridSteps(grid), _snap_to_grid(ts, grid, t0, dt0)
     if fixed:
         return dfx.ConstantStepSize(), ts
