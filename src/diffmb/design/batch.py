@@ -81,20 +81,55 @@ if TYPE_CHECKING:
 #: worker granularity of small chunks. With the solves written out and the projection
 #: stopping at round-off, one core at RK4 1 ms + projection: 56.2 / 60.7 at 32 / 128.
 DEFAULT_CHUNK = 128
-#: Members per compiled call and accelerator (GPU/TPU), where a step of a small system is a
-#: few hundred kernel launches whatever the batch: on an H200, fold-4panel ran 1073 member-
-#: seconds per second in chunks of 1024 and 4252 in one chunk of 8192.
+#: Members per compiled call and accelerator (GPU/TPU) when the device's memory is not
+#: known, where a step of a small system is a few hundred kernel launches whatever the
+#: batch: on an H200, fold-4panel ran 1073 member-seconds per second in chunks of 1024 and
+#: 4252 in one chunk of 8192. Where it is known the chunk fills it (:func:`filling_chunk`).
 ACCELERATOR_CHUNK = 8192
+#: The largest chunk on an accelerator: MJX's batches saturate an H200 at 32k-64k members.
+MAX_ACCELERATOR_CHUNK = 65536
+#: The share of the device's memory a chunk's program may take (the rest: XLA's own
+#: buffers, the inputs of the next chunk).
+MEMORY_SHARE = 0.5
+#: Members of the program compiled to measure one member's footprint (:func:`member_bytes`).
+PROBE_MEMBERS = 256
 
 #: the metric column (``<name>_jump``) of each conserved diagnostic
 _JUMP = {"energy": "energy", "angular_momentum": "momentum"}
 
 
-def default_chunk(devices) -> int:
-    """Members per compiled call for ``devices`` (a list of jax devices)."""
-    if devices and devices[0].platform != "cpu":
+def default_chunk(devices, member_bytes: float | None = None) -> int:
+    """Members per compiled call for ``devices`` (a list of jax devices): on a CPU
+    :data:`DEFAULT_CHUNK`; on accelerators the chunk that fills each device's memory
+    (:func:`filling_chunk`, from ``member_bytes``, one member's footprint), or
+    :data:`ACCELERATOR_CHUNK` per device where either is unknown."""
+    if not devices or devices[0].platform == "cpu":
+        return DEFAULT_CHUNK
+    limit = (devices[0].memory_stats() or {}).get("bytes_limit") if hasattr(devices[0], "memory_stats") else None
+    if not limit or not member_bytes:
         return ACCELERATOR_CHUNK * len(devices)
-    return DEFAULT_CHUNK
+    return filling_chunk(limit, member_bytes) * len(devices)
+
+
+def filling_chunk(device_bytes: float, member_bytes: float, cap: int = MAX_ACCELERATOR_CHUNK) -> int:
+    """The largest power of two of members, at most ``cap``, whose program takes at most
+    :data:`MEMORY_SHARE` of ``device_bytes`` at ``member_bytes`` per member (at least 1)."""
+    fit = MEMORY_SHARE * float(device_bytes) / max(float(member_bytes), 1.0)
+    if fit < 1:
+        return 1
+    return int(min(cap, 1 << int(math.floor(math.log2(fit)))))
+
+
+def member_bytes(compiled, members: int) -> float:
+    """One member's share of a compiled chunk program's memory (arguments, outputs and
+    temporaries, ``compiled.memory_analysis()``) at ``members`` members; NaN where the
+    backend does not say."""
+    try:
+        m = compiled.memory_analysis()
+        total = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+    except Exception:  # a backend without memory analysis
+        return math.nan
+    return total / max(members, 1)
 
 
 #: What each metric column is, with its unit (module docstring): the CLI's legend.
@@ -230,7 +265,7 @@ _KEEP = 16
 _PROGRAMS_LOCK = threading.Lock()
 
 
-def _program_key(static, dyn, x0, on_cpu):
+def _program_key(static, dyn, x0, form):
     """What a chunk program depends on: the sweep's structure (everything but its arrays:
     the system, the run settings), the arrays' shapes, dtypes and placement, and the form
     the products are traced in. ``None`` where the structure cannot be hashed."""
@@ -239,7 +274,7 @@ def _program_key(static, dyn, x0, on_cpu):
 
     leaves, structure = jax.tree.flatten(static)
     key = (structure, tuple(leaves), jax.tree.structure(dyn), tuple(aval(a) for a in jax.tree.leaves(dyn)),
-           aval(x0), on_cpu)
+           aval(x0), form)
     try:
         hash(key)
     except TypeError:
@@ -247,14 +282,15 @@ def _program_key(static, dyn, x0, on_cpu):
     return key
 
 
-def _compiled(member, params, x0):
+def _compiled(member, params, x0, form: str | None = None):
     """Ahead-of-time compiled ``vmap(member)`` for one chunk shape, and its compile time
     (so the first chunk is run once, not once to compile and once to time). A later sweep
     of the same structure and chunk shape in this process reuses the program (compile
-    time 0): new numbers, no recompilation."""
+    time 0): new numbers, no recompilation. ``form``: the form the program is traced in
+    (default :func:`diffmb.math.spatial.batch_form` of where the arrays live)."""
     dyn, static = eqx.partition((member, params), eqx.is_array)
-    on_cpu = _on_cpu(dyn)
-    key = _program_key(static, dyn, x0, on_cpu)
+    form = form or sp.batch_form(_on_cpu(dyn))
+    key = _program_key(static, dyn, x0, form)
     with _PROGRAMS_LOCK:
         compiled = None if key is None else _PROGRAMS.get(key)
         if compiled is not None:
@@ -266,7 +302,7 @@ def _compiled(member, params, x0):
             return jax.vmap(m)(p, x0)
 
         tic = time.perf_counter()
-        with sp.written_out(on_cpu):
+        with sp.traced_as(form):
             compiled = jax.jit(run).lower(dyn, x0).compile()
         compile_s = time.perf_counter() - tic
         if key is not None:
@@ -274,7 +310,7 @@ def _compiled(member, params, x0):
                 _PROGRAMS[key] = compiled
                 while len(_PROGRAMS) > _KEEP:
                     _PROGRAMS.popitem(last=False)
-    return (lambda m, p, x: compiled(eqx.partition((m, p), eqx.is_array)[0], x)), compile_s
+    return (lambda m, p, x: compiled(eqx.partition((m, p), eqx.is_array)[0], x)), compile_s, compiled
 
 
 @dataclass
@@ -449,7 +485,7 @@ def run_chunk(program, member, static, dyn_chunk, x0_chunk):
     p = eqx.combine(dyn_chunk, static)
     compile_s = 0.0
     if program is None:
-        program, compile_s = _compiled(member, p, x0_chunk)
+        program, compile_s, _ = _compiled(member, p, x0_chunk)
     out = jax.block_until_ready(program(member, p, x0_chunk))
     return {k: np.asarray(v) for k, v in out.items()}, program, compile_s
 
@@ -502,10 +538,19 @@ def sweep(system: System, params_batch: PyTree, *, t1: float, dt: float | None =
     B = _batch_size(dyn, x0_batch)
     devs = _devices(devices)
     nd = len(devs)
-    chunk = chunk_size(B, default_chunk(devs) if chunk is None else int(chunk), nd)
     member = member_runner(system, t1=t1, dt=dt, solver=solver, rtol=rtol, atol=atol, saveat=saveat,
                            max_violation=max_violation, flat_tol_deg=flat_tol_deg, with_x0=x0_batch is not None)
     x0 = x0_batch if x0_batch is not None else jnp.zeros((B, 1))
+    probe_s = 0.0
+    if chunk is None:
+        footprint = None
+        if devs[0].platform != "cpu" and B > ACCELERATOR_CHUNK:
+            # one member's footprint from a small program (compiled, not run), so the chunk fills the device
+            probe = np.arange(min(PROBE_MEMBERS, B))
+            _, probe_s, probed = _compiled(member, eqx.combine(_take(dyn, probe), static), x0[probe])
+            footprint = member_bytes(probed, probe.size)
+        chunk = default_chunk(devs, footprint)
+    chunk = chunk_size(B, int(chunk), nd)
     sharding = None
     if nd > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -536,7 +581,7 @@ def sweep(system: System, params_batch: PyTree, *, t1: float, dt: float | None =
 
     if todo:  # one program for every chunk, compiled before any runs
         dc, xc, _ = inputs(todo[0])
-        state["program"], state["compile_s"] = _compiled(member, eqx.combine(dc, static), xc)
+        state["program"], state["compile_s"], _ = _compiled(member, eqx.combine(dc, static), xc)
 
     def finished(n, metrics, ran):
         state["busy_s"] += ran
@@ -552,7 +597,7 @@ def sweep(system: System, params_batch: PyTree, *, t1: float, dt: float | None =
         bar.close()
     if not interrupted and stop is not None and stop():
         interrupted = len(pieces) < n_chunks(B, chunk)
-    compile_s = state["compile_s"]  # before the clock started
+    compile_s = state["compile_s"] + probe_s  # before the clock started
     return assemble(pieces, batch=B, chunk=chunk, t1=t1, wall_s=time.perf_counter() - tic, compile_s=compile_s,
                     devices=nd, members=members, conserved=conserved, interrupted=interrupted,
                     resumed=list(done or ()), busy_s=state["busy_s"])

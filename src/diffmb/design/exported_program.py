@@ -68,11 +68,11 @@ def build(member, static, dyn_chunk, x0_chunk, shipped: bytes | None = None) -> 
         return jax.vmap(member)(eqx.combine(jax.tree.unflatten(treedef, leaves), static), x0)
 
     try:
-        with sp.written_out(_on_cpu(dyn_chunk)):
+        with sp.traced_as(sp.batch_form(_on_cpu(dyn_chunk))):
             exported = jax.export.export(jax.jit(run))(leaves, x0_chunk)
         blob = exported.serialize()
     except _CANNOT_EXPORT:
-        compiled, _ = _compiled(member, eqx.combine(dyn_chunk, static), x0_chunk)
+        compiled, _, _ = _compiled(member, eqx.combine(dyn_chunk, static), x0_chunk)
         program = lambda dyn, x0: _numpy(compiled(member, eqx.combine(dyn, static), x0))
         return Built(program, None, time.perf_counter() - tic, "traced")
     return Built(_load(exported, leaves, x0_chunk), blob, time.perf_counter() - tic, "exported")

@@ -1,0 +1,209 @@
+"""Fixed-step runs in loops the compiler can count (``loop="scan"``), the library-free
+``"device"`` form, and the census that reads both off a compiled program on a CPU."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from diffmb.design import batch
+from diffmb.design.chunk_census import chunk_census
+from diffmb.math import small_cholesky, spatial as sp
+from diffmb.scenarios import get
+from diffmb.simulation.integrate import compile_simulation, simulate
+from diffmb.simulation.program_census import census, uncached
+
+
+def _run(system, params, loop, steps=40, dt=None, **kw):
+    dt = dt or 1e-3
+    return simulate(system, t1=steps * dt, dt=dt, solver="rk4", saveat=5, params=params, loop=loop,
+                    diagnostics=False, **kw)
+
+
+# (scenario, stabilization, step): every formulation: the origami folds (tree + cut
+# closures), Kane (dual-arm grasp), Udwadia-Kalaba (chain), tensegrity (T-bar), flexible
+FAST = [("fold-4panel", "baumgarte", 1e-3), ("uk-chain", "projection", 1e-3), ("dual-arm-grasp", "projection", 0.05),
+        ("tbar", "projection", 1e-4), ("flex-4body", "none", 5e-3)]
+SLOW = [("fold-4panel", "projection", 1e-3), ("fold-2x4", "projection", 1e-3), ("fold-3x3", "baumgarte", 1e-3),
+        ("map-fold", "projection", 1e-3), ("miura", "projection", 1e-3), ("scheel", "projection", 1e-3),
+        ("uk-hinged-cubes", "baumgarte", 1e-3), ("tensegrity-ball", "projection", 1e-4)]
+
+
+@pytest.mark.parametrize("name,stab,dt", FAST + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW])
+def test_the_counted_loop_steps_as_diffrax_does(name, stab, dt):
+    system, params, _ = get(name).make(stabilization=stab)
+    a, b = _run(system, params, "diffrax", dt=dt), _run(system, params, "scan", dt=dt)
+    assert a.status == b.status == "success"
+    np.testing.assert_array_equal(np.asarray(a.ts), np.asarray(b.ts))   # the same step grid
+    scale = float(np.max(np.abs(np.asarray(a.xs))))
+    # round-off: the stages summed in another order, over 40 steps
+    np.testing.assert_allclose(np.asarray(b.xs), np.asarray(a.xs), rtol=0, atol=1e-12 * scale)
+    assert int(b.n_steps) == int(a.n_steps) == 40
+
+
+def test_gradients_through_the_counted_loop():
+    """Reverse mode (rematerialised steps) equals diffrax's checkpointed adjoint and forward
+    mode (initial state), and central differences (hinge stiffness). (Central differences in
+    the initial state scatter by 20 % with the step on either loop: an off-manifold start
+    under Baumgarte is not the smooth function of the state that the stiffness is.)"""
+    system, params, _ = get("fold-4panel").make(stabilization="baumgarte")
+    x0 = system.init_state(params)
+
+    def loss(loop, x, k):
+        p = dict(params, model=eqx.tree_at(lambda m: m.stiffness, params["model"], params["model"].stiffness * k))
+        tr = _run(system, p, loop, steps=32, x0=x)
+        return jnp.sum(tr.xs[-1] ** 2)
+
+    g_scan = jax.grad(lambda x: loss("scan", x, 1.0))(x0)
+    g_dfx = jax.grad(lambda x: loss("diffrax", x, 1.0))(x0)
+    np.testing.assert_allclose(g_scan, g_dfx, rtol=1e-9, atol=1e-12 * float(jnp.max(jnp.abs(g_dfx))))
+    gk = jax.grad(lambda k: loss("scan", x0, k))(1.0)
+    gk_dfx = jax.grad(lambda k: loss("diffrax", x0, k))(1.0)
+    fdk = (loss("scan", x0, 1.0 + 1e-5) - loss("scan", x0, 1.0 - 1e-5)) / 2e-5
+    assert abs(float(gk) - float(gk_dfx)) <= 1e-9 * abs(float(gk_dfx))
+    assert abs(float(gk) - float(fdk)) <= 1e-6 * abs(float(gk))
+    v = jnp.asarray(np.random.default_rng(0).normal(size=x0.shape))
+    fwd = jax.jvp(lambda x: loss("scan", x, 1.0), (x0,), (v,))[1]
+    assert abs(float(fwd) - float(g_scan @ v)) <= 1e-10 * abs(float(fwd))
+
+
+def test_a_member_that_diverges_keeps_its_last_good_save_point():
+    system, params, _ = get("fold-4panel").make(stabilization="baumgarte")
+    ok = _run(system, params, "scan", steps=40)
+    tr = _run(system, params, "scan", steps=40, max_violation=1e-300)      # fails at the first check
+    assert ok.status == "success" and tr.status == "diverged"
+    assert float(tr.t_final) == 0.0 and np.all(np.isnan(np.asarray(tr.xs[1:])))
+    np.testing.assert_array_equal(np.asarray(tr.x_final), np.asarray(ok.xs[0]))
+
+
+def test_a_run_that_cannot_be_counted_says_why():
+    system, params, _ = get("fold-4panel").make(stabilization="baumgarte")
+    with pytest.raises(ValueError, match="adaptive solver"):
+        simulate(system, t1=0.01, dt=1e-3, solver="dopri5", params=params, loop="scan")
+    with pytest.raises(ValueError, match="not evenly spaced"):
+        simulate(system, t1=0.01, dt=1e-3, params=params, saveat=4, loop="scan")
+    with pytest.raises(ValueError, match="loop: unknown"):
+        simulate(system, t1=0.01, dt=1e-3, params=params, loop="while")
+    assert _run(system, params, "auto", steps=10).status == "success"
+
+
+def test_new_numbers_do_not_recompile_the_counted_loop():
+    system, params, _ = get("fold-4panel").make(stabilization="baumgarte")
+    run, _ = compile_simulation(system, t1=0.01, dt=1e-3, params=params, saveat=11, loop="scan")
+    x0 = system.init_state(params)
+    a = run()
+    with jax.log_compiles():
+        b = run(x0=x0 * 1.01, t1=0.01)
+    assert a.status == b.status == "success" and not np.allclose(np.asarray(a.xs[-1]), np.asarray(b.xs[-1]))
+
+
+def test_census_reads_loops_and_library_calls():
+    """The census sees what the program holds: a loop of unknown trip count, one of known
+    count nested in it, a host callback; and a library call in a loop body (from a
+    program's text: under this test session's setup XLA expands ``cholesky`` inline)."""
+    def f(A, x):
+        def body(c):
+            i, y = c
+            y = jax.lax.fori_loop(0, 5, lambda _, z: jnp.sin(z) + z, y)
+            return i + 1, y + jnp.linalg.cholesky(A) @ y
+        y = jax.lax.while_loop(lambda c: c[0] < x[0].astype(jnp.int32), body, (0, x))[1]
+        return jax.pure_callback(lambda v: v, y, y)
+
+    A = jnp.eye(64) * 2.0             # (XLA expands a 3 x 3 factor inline in some configurations)
+    with uncached():
+        text = jax.jit(f).lower(A, jnp.ones(64)).compile().as_text()
+    c = census(text)
+    (outer,) = [lp for lp in c.top.children]
+    assert outer.trip_count is None and outer.unknown_trip_loops() == 0
+    assert [k.trip_count for k in outer.children] == [5]
+    assert c.top.callbacks() == 1
+    assert outer.launches() == sum(outer.own.values()) + 5 * outer.children[0].launches()
+    hlo = """HloModule m
+%body (p: (s32[], f64[4])) -> (s32[], f64[4]) {
+  %c = (f64[4,4]{0,1}, s32[]) custom-call(%x), custom_call_target="lapack_dpotrf_ffi"
+  %f = f64[4]{0} fusion(%c), kind=kLoop, calls=%fused
+  ROOT %t = (s32[], f64[4]) tuple(%i, %f)
+}
+%cond (p: (s32[], f64[4])) -> pred[] {
+  ROOT %lt = pred[] compare(%a, %b), direction=LT
+}
+ENTRY %main (a: f64[4]) -> (s32[], f64[4]) {
+  ROOT %w = (s32[], f64[4]) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"7"}}
+}
+"""
+    (loop,) = census(hlo).top.children
+    assert loop.trip_count == 7 and loop.library_calls() == {"lapack_dpotrf_ffi": 1}
+    assert census(hlo).top.launches() == 7 * 2
+
+
+@pytest.mark.parametrize("n", [1, 9, 12, 13, 41])
+def test_the_device_forms_cholesky_needs_no_library(n):
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, n))
+    A = X @ X.T + n * np.eye(n)
+    junk = np.tril(A) + np.triu(rng.normal(size=(n, n)), 1)       # the upper triangle is not read
+    b = rng.normal(size=n)
+    L0 = np.linalg.cholesky(A)
+    with sp.traced_as("device"):
+        fns = (small_cholesky.cholesky, small_cholesky.inverse_factor, small_cholesky.cho_solve)
+        text = jax.jit(lambda A, b: [f(A) for f in fns[:2]] + [fns[2](fns[0](A), b)]).lower(junk, b).compile().as_text()
+        L, Li, x = jax.jit(lambda A, b: (fns[0](A), fns[1](A), fns[2](fns[0](A), b)))(junk, b)
+    assert "custom_call_target" not in text and census(text).top.linalg_ops() == 0
+    np.testing.assert_allclose(L, L0, atol=1e-13 * n)
+    np.testing.assert_allclose(Li @ L0, np.eye(n), atol=1e-14 * n)
+    np.testing.assert_allclose(A @ x, b, atol=1e-12 * n)
+
+
+@pytest.fixture(scope="module")
+def fold4_members():
+    members = batch.member_values({"K": (0.05, 0.2), "c": (0.0, 0.05)}, {}, 4, sample="random", seed=0)
+    return batch.scenario_batch(get("fold-4panel"), members, "baumgarte")
+
+
+def test_the_fold_chunk_program_has_no_host_round_trip_and_no_library_call(fold4_members):
+    """The accelerator form of fold-4panel's sweep chunk, compiled on this CPU: the time
+    loop and everything in it of known trip count, no LAPACK, no callback, no conditional."""
+    system, params = fold4_members
+    c = chunk_census(system, params, t1=0.02, dt=1e-3, form="device", max_violation=1.0)
+    assert c.time_loop_trips == 10 and c.unknown_trip_loops == 0
+    assert c.library_calls == {} and c.linalg_ops == 0 and c.callbacks == 0 and c.conditionals == 0
+    # kernels per step: diffrax's loop in the old form launched 58 + 4 x 103 + 17 = 487
+    # (its stage loop run four times) and is the ceiling here; the issue's 100 is not met
+    assert c.launches_per_step < 487
+
+
+@pytest.mark.slow
+def test_the_counted_loop_launches_fewer_kernels_than_diffrax(fold4_members):
+    system, params = fold4_members
+    old = chunk_census(system, params, t1=0.02, dt=1e-3, form="reduce", loop="diffrax")
+    new = chunk_census(system, params, t1=0.02, dt=1e-3, form="device")
+    assert old.unknown_trip_loops == 3 and old.linalg_ops > 0 and old.callbacks == 4
+    assert new.unknown_trip_loops == 0 and new.linalg_ops == 0 and new.callbacks == 0
+    assert math.isfinite(new.flops_per_eval) and new.flops_per_eval > 1e3
+
+
+def test_the_chunk_fills_the_device():
+    assert batch.filling_chunk(141e9, 293e6 / 8192) == batch.MAX_ACCELERATOR_CHUNK      # fold-4panel on an H200
+    assert batch.filling_chunk(1e9, 1e6) == 256                                          # 500 fit: 256
+    assert batch.filling_chunk(1e6, 1e7) == 1
+
+    class FakeGPU:
+        platform = "gpu"
+
+        def memory_stats(self):
+            return {"bytes_limit": 16e9}
+
+    assert batch.default_chunk([FakeGPU()], member_bytes=2.4e6) == 2048
+    assert batch.default_chunk([FakeGPU()]) == batch.ACCELERATOR_CHUNK
+    assert batch.default_chunk(jax.devices()) == batch.DEFAULT_CHUNK
+
+
+def test_a_members_footprint_is_read_from_its_program(fold4_members):
+    system, params = fold4_members
+    member = batch.member_runner(system, t1=0.01, dt=1e-3, saveat=11)
+    _, _, compiled = batch._compiled(member, params, jnp.zeros((4, 1)))
+    per = batch.member_bytes(compiled, 4)
+    assert 1e3 < per < 1e8
