@@ -104,8 +104,10 @@ def worker_diffmb(case, batch, horizon, dt, repeats):
         walls.append(res.wall_s)  # the compile is timed apart (ahead of time): every run counts
     wall = statistics.median(walls)
     statuses = res.status_counts
+    steps = max(1, round(horizon / dt))
     return {"case": case, "batch": batch, "nv": system.model.nv, "dtype": str(jax.numpy.zeros(()).dtype),
-            "device": str(jax.devices()[0]), "compile_s": compile_s, "wall_s": wall,
+            "device": str(jax.devices()[0]), "compile_s": compile_s, "wall_s": wall, "chunk": res.chunks,
+            "step_ms": 1e3 * wall / steps / max(1, res.chunks),
             "throughput": batch * horizon / wall, "peak_mb": _peak_memory_mb(),
             "violation": float(np.nanmax(res.table["max_violation"])), "statuses": statuses}
 
@@ -167,9 +169,10 @@ def worker_mjx(case, batch, horizon, dt, repeats):
         walls.append(time.perf_counter() - tic)
     wall = statistics.median(walls)
     finite = bool(np.all(np.isfinite(np.asarray(qpos))))
+    step_ms = 1e3 * wall / steps
     return {"case": case, "batch": batch, "nv": int(m.nv), "equalities": int(m.neq),
             "dtype": str(d0.qpos.dtype), "device": str(jax.devices()[0]), "integrator": "RK4",
-            "solver": "Newton", "compile_s": compile_s, "wall_s": wall,
+            "solver": "Newton", "compile_s": compile_s, "wall_s": wall, "step_ms": step_ms,
             "throughput": batch * horizon / wall, "peak_mb": _peak_memory_mb(),
             "violation": float(np.max(np.asarray(worst))), "finite": finite}
 
@@ -212,7 +215,7 @@ def _work(job):
 
 
 def print_table(rows):
-    hdr = (f"{'case':>7} {'batch':>6} {'engine':>11} {'member-s/s':>11} {'compile s':>9} "
+    hdr = (f"{'case':>7} {'batch':>6} {'engine':>11} {'member-s/s':>11} {'step ms':>8} {'compile s':>9} "
            f"{'peak MB':>8} {'violation':>10}")
     print(hdr)
     print("-" * len(hdr))
@@ -221,7 +224,7 @@ def print_table(rows):
             print(f"{r['case']:>7} {r['batch']:>6} {r['engine']:>11}  error: {r['error']}")
             continue
         print(f"{r['case']:>7} {r['batch']:>6} {r['engine']:>11} {r['throughput']:>11.3g} "
-              f"{r['compile_s']:>9.1f} {r['peak_mb']:>8.0f} {r['violation']:>10.2e}")
+              f"{r.get('step_ms', float('nan')):>8.3g} {r['compile_s']:>9.1f} {r['peak_mb']:>8.0f} {r['violation']:>10.2e}")
 
 
 def main(argv=None):

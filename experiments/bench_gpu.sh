@@ -1,27 +1,49 @@
 #!/usr/bin/env bash
-# The GPU figures of the README in one run, most important first: fold-4panel 8192 x 10 s
-# (diffmb float64 and float32), then the map folds and Miura-ori beside MuJoCo MJX, 1 s at
-# 1 ms (experiments/bench_batch.py). Each result is written as it comes, into DIR (default
-# out/gpu), so a run cut short keeps what it finished.
+# The accelerator figures in one run (<= 8 minutes on one GPU), most important first, each
+# result written as it comes into DIR (default out/gpu), so a run cut short keeps what it
+# finished (experiments/bench_batch.py: diffmb beside MuJoCo MJX on the same folds, models
+# built once per size, a time allowance per engine, what did not finish said):
+#
+#   1. the compiled program's counts (experiments/bench_census.py) on this device;
+#   2. fold-4panel, 1 s at 1 ms: 8k / 32k / 64k members, float64 and float32, and MJX;
+#   3. 6x6 map fold, 0.2 s: 1k / 4k / 16k members, float64 and float32, and MJX;
+#   4. 5x5 Miura-ori, 0.2 s: 1k / 4k members, float64 and MJX.
+#
+# Each row: member-s/s, step time, compile time, peak device memory, worst closure violation.
+# COMMAND_BUFFERS=1 lets XLA capture whole loops as CUDA graphs (+WHILE,+CONDITIONAL; CUDA
+# >= 12.3): the counted loops hold no library call, so the time loop can be one graph.
 #
 #     bash experiments/bench_gpu.sh [DIR]
+#     bash experiments/bench_gpu.sh --smoke [DIR]    # the same script on a CPU, tiny sizes (CI)
 set -u
+SMOKE=0
+if [ "${1:-}" = "--smoke" ]; then SMOKE=1; shift; fi
 DIR=${1:-out/gpu}
 mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
+if [ "${COMMAND_BUFFERS:-0}" = "1" ]; then
+  export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"
+fi
 
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  if [ "$SMOKE" = "0" ]; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; fi
   "$PY" -c "import jax, diffrax, equinox; print('jax', jax.__version__, jax.devices(), 'diffrax', diffrax.__version__, 'equinox', equinox.__version__)"
   "$PY" -c "import mujoco; from mujoco import mjx; print('mujoco', mujoco.__version__)" 2>&1 | tail -1
+  echo "XLA_FLAGS=${XLA_FLAGS:-}"
 } | tee "$DIR/env.txt"
 "$PY" -c "import diffmb" || exit 2
 
 bench() { "$PY" experiments/bench_batch.py --dt 0.001 --repeats 1 "$@"; }
-bench --cases fold4 --batches 8192 --horizon 10 --engines diffmb-f64 diffmb-f32 --timeout 120 --out "$DIR/fold4.json"
-bench --cases map6 --batches 1024 --horizon 1 --timeout 100 --out "$DIR/map6.json"
-bench --cases map2 --batches 8192 --horizon 1 --timeout 80 --out "$DIR/map2.json"
-bench --cases miura5 --batches 1024 --horizon 1 --timeout 80 --out "$DIR/miura5.json"
-bench --cases map4 --batches 4096 --horizon 1 --engines diffmb-f64 mjx --timeout 80 --out "$DIR/map4.json"
-bench --cases map10 --batches 1024 --horizon 1 --engines diffmb-f64 mjx --timeout 100 --out "$DIR/map10.json"
+if [ "$SMOKE" = "1" ]; then
+  "$PY" experiments/bench_census.py --cases fold4 --members 2 --steps 10 --out "$DIR/census.json" || exit 1
+  bench --cases fold4 --batches 4 --horizon 0.02 --engines diffmb-f64 diffmb-f32 mjx --timeout 240 --out "$DIR/fold4.json" || exit 1
+  bench --cases map2 --batches 2 --horizon 0.01 --engines diffmb-f64 mjx --timeout 240 --out "$DIR/map2.json" || exit 1
+  exit 0
+fi
+"$PY" experiments/bench_census.py --cases fold4 map6 miura5 --out "$DIR/census.json"
+bench --cases fold4 --batches 8192 32768 65536 --horizon 1 --engines diffmb-f64 diffmb-f32 --timeout 150 --out "$DIR/fold4.json"
+bench --cases fold4 --batches 8192 32768 --horizon 1 --engines mjx --timeout 60 --out "$DIR/fold4_mjx.json"
+bench --cases map6 --batches 1024 4096 16384 --horizon 0.2 --engines diffmb-f64 diffmb-f32 --timeout 120 --out "$DIR/map6.json"
+bench --cases map6 --batches 1024 4096 --horizon 0.2 --engines mjx --timeout 50 --out "$DIR/map6_mjx.json"
+bench --cases miura5 --batches 1024 4096 --horizon 0.2 --engines diffmb-f64 mjx --timeout 60 --out "$DIR/miura5.json"
