@@ -224,7 +224,8 @@ def print_table(rows):
             print(f"{r['case']:>7} {r['batch']:>6} {r['engine']:>11}  error: {r['error']}")
             continue
         print(f"{r['case']:>7} {r['batch']:>6} {r['engine']:>11} {r['throughput']:>11.3g} "
-              f"{r.get('step_ms', float('nan')):>8.3g} {r['compile_s']:>9.1f} {r['peak_mb']:>8.0f} {r['violation']:>10.2e}")
+              f"{r.get('step_ms', float('nan')):>8.3g} {r['compile_s']:>9.1f} {r['peak_mb']:>8.0f} "
+              f"{r['violation']:>10.2e}")
 
 
 def main(argv=None):
