@@ -128,13 +128,17 @@ class Loop:
         count (once where the count is unknown)."""
         return sum(self.own.values()) + sum((c.trip_count or 1) * c.launches() for c in self.children)
 
-    def kernels(self) -> Counter:
-        """:meth:`launches` by opcode."""
-        out = Counter(self.own)
+    def _per_iteration(self, field_name: str) -> Counter:
+        """The counter ``field_name`` of this loop plus its nested loops' times their trip counts."""
+        out = Counter(getattr(self, field_name))
         for c in self.children:
-            for k, v in c.kernels().items():
+            for k, v in c._per_iteration(field_name).items():
                 out[k] += (c.trip_count or 1) * v
         return out
+
+    def kernels(self) -> Counter:
+        """:meth:`launches` by opcode."""
+        return self._per_iteration("own")
 
     def unknown_trip_loops(self) -> int:
         """Loops nested in this one (at any depth) whose trip count XLA does not know."""
@@ -142,11 +146,7 @@ class Loop:
 
     def library_calls(self) -> Counter:
         """Library custom calls per iteration (nested loops times their trip counts), by target."""
-        out = Counter(self.own_library)
-        for c in self.children:
-            for k, v in c.library_calls().items():
-                out[k] += (c.trip_count or 1) * v
-        return out
+        return self._per_iteration("own_library")
 
     def callbacks(self) -> int:
         """Host callbacks in this loop, at any depth (static count)."""
