@@ -91,12 +91,13 @@ def test_a_run_that_cannot_be_counted_says_why():
 
 
 def test_new_numbers_do_not_recompile_the_counted_loop():
+    """The program compiled ahead runs new numbers (a new start, the same horizon); a
+    change of structure would raise (``compile_simulation``)."""
     system, params, _ = get("fold-4panel").make(stabilization="baumgarte")
     run, _ = compile_simulation(system, t1=0.01, dt=1e-3, params=params, saveat=11, loop="scan")
     x0 = system.init_state(params)
     a = run()
-    with jax.log_compiles():
-        b = run(x0=x0 * 1.01, t1=0.01)
+    b = run(x0=x0 * 1.01, t1=0.01)
     assert a.status == b.status == "success" and not np.allclose(np.asarray(a.xs[-1]), np.asarray(b.xs[-1]))
 
 

@@ -253,7 +253,7 @@ class _Member(eqx.Module):
 def _on_cpu(tree) -> bool:
     """Whether the arrays of ``tree`` live on CPU devices: there a chunk's program is traced
     with the small products written out (:func:`diffmb.math.spatial.written_out`: 2x per member
-    for fold-4panel at chunks of 512); accelerators keep the form they were measured with."""
+    for fold-4panel at chunks of 512); accelerators get the ``"device"`` form (no library calls)."""
     leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "devices")]
     devices = leaves[0].devices() if leaves else jax.devices()
     return all(d.platform == "cpu" for d in devices)

@@ -9,6 +9,7 @@ count, the library calls and host callbacks, and the kernels launched per time s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import equinox as eqx
@@ -52,18 +53,13 @@ def chunk_census(system, params_batch, *, t1: float, dt: float, solver: str = "r
     """Compile the chunk program of a sweep of ``params_batch`` (its members one chunk) in
     ``form`` and count it (:class:`StepCensus`)."""
     member = batch.member_runner(system, t1=t1, dt=dt, solver=solver, saveat=saveat, max_violation=max_violation)
-    member = eqx.tree_at(lambda m: m.settings, member, _with_loop(member.settings, loop))
+    member = eqx.tree_at(lambda m: m.settings, member, dataclasses.replace(member.settings, loop=loop))
     B = batch._batch_size(eqx.filter(params_batch, eqx.is_array), None)
     with uncached():
         _, compile_s, compiled = batch._compiled(member, params_batch, jnp.zeros((B, 1)), form=form)
     c = census(compiled.as_text())
     flops, nbytes = _vector_field_cost(system, params_batch)
     return _count(c, compile_s, flops, nbytes)
-
-
-def _with_loop(settings, loop):
-    fields = ("t1", "dt", "solver", "rtol", "atol", "saveat", "max_violation")
-    return type(settings)(**{f: getattr(settings, f) for f in fields}, loop=loop)
 
 
 def _count(c: Census, compile_s, flops, nbytes) -> StepCensus:
