@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,7 @@ from tqdm.auto import tqdm
 
 from .. import scenarios
 from ..origami.contact import certified_margins
+from ..origami.start_state import LockedPattern, PatternNote
 from ..scenarios.origami import outlines
 from ..simulation import compile_cache, health, resumable, trajectory
 from ..simulation.integrate import FIXED_SOLVERS
@@ -160,6 +162,8 @@ class RunConfig:
     #: a MODEL-FILE run's source: the file's absolute path (and ``--closures``, ``--key``);
     #: None for a registered scenario
     model: str | None = None
+    #: what the build said: ``(is_warning, sentence)`` (a crease pattern's notes, a locked pattern)
+    notes: tuple = ()
 
     @property
     def plan(self) -> resumable.Plan:
@@ -193,7 +197,15 @@ def resolve(args) -> RunConfig:
     """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
     sc = scenario_of(args)
     stabilization = args.stabilization or sc.stabilization
-    system, params, values = sc.make(parse_sets(args.sets), stabilization)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PatternNote)
+        system, params, values = sc.make(parse_sets(args.sets), stabilization)
+    notes = []
+    for w in caught:
+        if issubclass(w.category, PatternNote):
+            notes.append((w.category is LockedPattern, str(w.message)))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     st = run_settings(args, sc)
     t1, dt, solver = st["t1"], st["dt"], st["solver"]
     if args.segments is not None and args.segments < 1:
@@ -213,7 +225,7 @@ def resolve(args) -> RunConfig:
         segments=int(segments), segments_given=args.segments is not None, resume=args.resume,
         animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
         conserved=tuple(sc.conserved(values)), model=model_source(args),
-        view=bool(getattr(args, "view", False)),
+        view=bool(getattr(args, "view", False)), notes=tuple(notes),
     )
 
 
@@ -221,11 +233,13 @@ def model_source(args) -> str | None:
     """What a MODEL-FILE run was made from (``<abs path>[ --closures <abs path>][ --key K]``),
     recorded in the metadata; None for a registered scenario."""
     name = str(args.scenario)
-    if name in scenarios.REGISTRY or not name.lower().endswith((".urdf", ".xml", ".fold")):
+    if name in scenarios.REGISTRY or not name.lower().endswith((".urdf", ".xml", ".fold", ".svg")):
         return None
     closures, key = getattr(args, "closures", None), getattr(args, "key", None)
+    start = "".join(f" --{k} {getattr(args, k)}" for k in ("frame", "fold", "drive")
+                    if getattr(args, k, None) is not None)
     return (os.path.abspath(name) + (f" --closures {os.path.abspath(closures)}" if closures else "")
-            + (f" --key {key}" if key is not None else ""))
+            + (f" --key {key}" if key is not None else "") + start)
 
 
 def _note(cfg: RunConfig, msg: str):
@@ -380,10 +394,20 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
                       {"position_max": v.get("position_max"), "velocity_max": v.get("velocity_max")}),
         "final": traj.final,
         "contact": contact_summary(getattr(cfg, "system", None), getattr(cfg, "params", None), traj),
+        "mobility": mobility_of(getattr(cfg, "system", None)),
+        "notes": [text for _, text in getattr(cfg, "notes", ())],
         "status": json_status(traj, warnings),
         "warnings": warnings,
     }
     return finite(out)
+
+
+def mobility_of(system) -> dict | None:
+    """The closed chain's mobility at its start state
+    (:class:`~diffmb.closures.mobility.Mobility`), or ``null`` without closures."""
+    report = getattr(getattr(system, "closures", None), "report", None)
+    m = getattr(report, "mobility", None)
+    return None if m is None else m.as_dict()
 
 
 def contact_summary(system, params, traj) -> dict | None:
@@ -467,6 +491,8 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
              " (E0 = 0: no relative change)") + (
              f"; tracked: {e['quantity']}" if e["quantity"] != trajectory.ENERGY else "")),
     ]
+    if obj.get("mobility") is not None:
+        rows.append(("mobility", obj["mobility"]["text"]))
     if obj["angular_momentum"] is not None:
         rows.append(("momentum", f"max |h - h0| = {obj['angular_momentum']['max_abs_change']:.3g}"))
     rows.append(("violation", "no constraints" if v is None else
@@ -485,6 +511,9 @@ def main(args) -> int:
     except (ValueError, TypeError, UsageError) as e:
         return fail(e)
     warn_replaced(cfg)
+    for is_warning, text in cfg.notes:   # before anything compiles
+        if is_warning or not cfg.quiet:
+            print(f"diffmb: {'warning' if is_warning else 'note'}: {text}", file=sys.stderr)
     if start.traj is None and cfg.discard and cfg.partial_path.exists():
         held = resumable.discard_partial(cfg.out, cfg.name)
         _note(cfg, f"--discard: removed {cfg.partial_path}" + (f" (it held {held:.6g} s)" if held is not None

@@ -259,6 +259,16 @@ def _velocity_jacobian(model, loops, rows: tuple, q):
     return cl.jacobian(model, q, loops, np.asarray(rows, dtype=int))
 
 
+def _near(model: Model, q, guess, free) -> np.ndarray:
+    """``q`` with every moved revolute angle taken within half a turn of its guess: the
+    same pose, on the branch the guess gave (a solve never returns a 2 pi jump)."""
+    q = np.array(q, float)
+    revolute = {model.body_slices[b][0] for b, k in enumerate(model.joint_kinds) if k == "revolute"}
+    for c in (int(i) for i in free if int(i) in revolute):
+        q[c] = guess[c] + (q[c] - guess[c] + math.pi) % (2 * math.pi) - math.pi
+    return q
+
+
 def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = None, *,
              fixed: Sequence[str] = (), rates: dict | None = None,
              tol: float = 1e-12, max_iter: int = 50) -> tuple[Array, Array]:
@@ -268,10 +278,12 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
     ``fixed`` keep their guessed values (the independent coordinates) and the others are
     moved by Gauss-Newton with minimum-norm steps until every closure holds to ``tol``.
     ``rates``: joint rates by name, held; the other rates are the minimum-norm solution of
-    ``G qd = 0`` (so the velocity closes too). Raises ValueError naming the closures that
-    stay open.
+    ``G qd = 0`` (so the velocity closes too). Every moved revolute angle comes back
+    within half a turn of its guess (the same pose; never a 2 pi jump). Raises ValueError
+    naming the closures that stay open.
     """
     q = coordinates(model, q_guess, "assemble: q_guess")
+    guess = q.copy()
     hold = _joint_columns(model, fixed, "assemble: fixed")
     free = np.array([i for i in range(model.nq) if i not in hold], dtype=int)
     rows = np.asarray(loops.rows)
@@ -301,6 +313,7 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
         raise ValueError(f"assemble: closure(s) {', '.join(map(repr, worst))} stay open (residual "
                          f"{np.abs(r).max():.3g}) after {max_iter} Gauss-Newton steps; start from a "
                          f"guess nearer a closed configuration, or hold fewer joints fixed")
+    q = _near(model, q, guess, free)
     qd = coordinates(model, rates, "assemble: rates")
     held = _joint_columns(model, list((rates or {}).keys()), "assemble: rates")
     if len(rows):

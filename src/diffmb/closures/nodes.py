@@ -47,7 +47,7 @@ from ..tree.api import coordinate_rates
 from ..tree.kinematics import kinematics, point_frames
 from ..tree.layout import layout
 from ..tree.model import Model
-from . import couplings as cp
+from . import couplings as cp, mobility
 
 ROW_NAMES = ("rx", "ry", "rz", "tx", "ty", "tz")
 KINDS = {
@@ -421,10 +421,12 @@ class RankReport:
     rank: int
     kept: tuple
     redundant: tuple  # labels of the dropped rows
+    mobility: object = None  # a diffmb.closures.mobility.Mobility: the dof at the start state
 
     def __str__(self):
         red = ", ".join(self.redundant) if self.redundant else "none"
-        return f"{self.n_rows} closure rows, numerical rank {self.rank}; redundant: {red}"
+        return (f"{self.n_rows} closure rows, numerical rank {self.rank}; redundant: {red}"
+                + (f"; {self.mobility}" if self.mobility is not None else ""))
 
 
 def independent_rows(G: np.ndarray, tol: float = 1e-9) -> list:
@@ -482,7 +484,21 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
         rank=len(keep),
         kept=tuple(int(rows[i]) for i in keep),
         redundant=tuple(labels[i] for i in range(len(rows)) if i not in keep),
+        mobility=start_mobility(model, nodes, q0, seed=seed),
     )
+
+
+def start_mobility(model: Model, nodes, q0, *, seed: int = 0):
+    """The :class:`~diffmb.closures.mobility.Mobility` of the chain at ``q0`` (a floating
+    root's six rates not counted)."""
+    rows = row_index(nodes.closures)
+    key = tuple(int(r) for r in rows)
+    free = {i for b in model.free_roots for i in range(*model.body_slices[b])}
+    cols = np.array([i for i in range(model.nv) if i not in free], dtype=int)
+    return mobility.probe(lambda q: np.asarray(_residual_at(model, nodes, jnp.asarray(q))).reshape(-1)[rows],
+                          lambda q: np.asarray(_jacobian_at(model, nodes, key, jnp.asarray(q))),
+                          lambda q, dv: np.asarray(q) + np.asarray(_rates_at(model, jnp.asarray(q), jnp.asarray(dv))),
+                          np.asarray(q0, float), cols, cols, seed=seed)
 
 
 def loop_closures(model: Model, pairs) -> LoopClosures:

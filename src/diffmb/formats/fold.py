@@ -51,31 +51,40 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..origami.pattern import Crease, CreasePattern, Panel
 from ..origami.polygon import plate_inertia, polygon_area, polygon_centroid
+from . import fold_develop as dev, fold_frames as ff, planar_faces as planar
 
-ASSIGNMENTS = {"B", "M", "V", "F", "U"}
+ASSIGNMENT_ORDER = ("B", "M", "V", "F", "U", "C", "J")
+ASSIGNMENTS = set(ASSIGNMENT_ORDER)
 _TOL = 1e-9
 
 
 def load_fold(path_or_dict, *, density: float = 1.0, root=None, hub_mass: float | None = None,
               stiffness: float = 0.01, damping: float = 0.0,
-              fold_fraction: float | None = None) -> CreasePattern:
+              fold_fraction: float | None = None, frame: int | None = None,
+              drive=None, closure_tol: float | None = None) -> CreasePattern:
     """A :class:`~diffmb.origami.pattern.CreasePattern` from a FOLD file, JSON text or dict.
 
     ``density``: areal density [kg/m^2]; ``stiffness`` [N m/rad], ``damping``
     [N m s/rad]: every hinge's linear spring / damper (rest angle 0, i.e. flat);
     ``root``: ``None``/``"hub"`` (largest panel) or a face index; ``hub_mass``: the root
-    panel's mass; ``fold_fraction``: see the module docstring.
+    panel's mass; ``fold_fraction``, ``frame``, ``drive``: the start state (module
+    docstring); ``closure_tol``: how far the start state may miss closing, relative to
+    the pattern's size, and still be closed by the solve (None: the default of
+    :func:`~diffmb.origami.pattern.build`). What the loader did on its own (a plane
+    fitted, a folded form developed, frames offered) is in the pattern's ``notes``.
     """
     data, where = _read(path_or_dict)
     try:
         return _load(data, density=density, root=root, hub_mass=hub_mass, stiffness=stiffness,
-                     damping=damping, fold_fraction=fold_fraction)
+                     damping=damping, fold_fraction=fold_fraction, frame=frame, drive=drive,
+                     closure_tol=closure_tol)
     except ValueError as e:
         raise ValueError(f"{where}: {e}" if where else str(e)) from None
 
@@ -134,21 +143,167 @@ def _list(data, key, required=True):
     return value
 
 
-def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction):
+def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction, frame, drive, closure_tol):
     _check_arguments(density, hub_mass, stiffness, damping, fold_fraction)
-    V = _read_vertices(data)
-    faces = _read_faces(data, V)
-    edges, assign, angles, edge_index = _read_edges(data, len(V), fold_fraction)
-    border = _face_borders(faces, edge_index, assign)
-    groups, panel_of = _weld_flat_edges(faces, border, assign)
-    panels, areas = _panels(groups, faces, V, density)
-    root_name = _root(root, panels, areas, panel_of, len(faces), hub_mass)
+    frames = ff.resolve_frames(data)
+    cp = ff.pick(frames)
+    geo = _geometry(frames, cp)
+    notes = list(geo.notes)
+    edges, assign, angles, edge_index = _read_edges(geo.frame, geo.faces, len(geo.V))
+    border = _face_borders(geo.faces, edge_index, assign)
+    if geo.folded is not None:   # a folded form: its angles, the assignment giving flat folds their sign
+        angles = _angles_of_state(geo.V, geo.folded, geo.faces, edges, border, assign, "the folded form")
+    offered = ff.folded_frames(frames, cp)
+    if frame is not None:
+        angles = _frame_angles(frames, frame, cp, geo, edges, border, assign)
+        notes.append(f"started from {ff.where(frame)}")
+    elif offered and geo.folded is None:
+        notes.append(f"the file also holds folded states ({_frame_list(offered)}); start from one with "
+                     f"frame=K (CLI: --frame K)")
+    if fold_fraction is not None:
+        angles = [math.pi * fold_fraction * {"M": -1.0, "V": 1.0}.get(a, 0.0) for a in assign]
+    groups, panel_of = _weld_flat_edges(geo.faces, border, assign)
+    panels, areas = _panels(groups, geo.faces, geo.V, density)
+    root_name = _root(root, panels, areas, panel_of, len(geo.faces), hub_mass)
     by_pair = _hinge_pairs(assign, border, panel_of)
-    own = {key: _per_edge(data, f"diffmb:edges_{key}", len(edges), default)
+    own = {key: _per_edge(geo.frame, f"diffmb:edges_{key}", len(edges), default)
            for key, default in (("stiffness", stiffness), ("damping", damping))}
-    creases = [_crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own)
+    creases = [_crease(pair, idx, geo.V, geo.faces, edges, angles, border, panel_of, panels, own, assign)
                for pair, idx in sorted(by_pair.items(), key=lambda kv: kv[1][0])]
-    return CreasePattern(list(panels.values()), creases, root=root_name)
+    held = _drivers(drive, creases, edges, fold_fraction)
+    return CreasePattern(list(panels.values()), creases, root=root_name, drive=held,
+                         closure_tol=closure_tol, notes=tuple(notes))
+
+
+def _frame_list(ks) -> str:
+    ks = list(ks)
+    return f"frame {ks[0]}" if len(ks) == 1 else (f"frames {ks[0]}-{ks[-1]}" if ks == list(range(ks[0], ks[-1] + 1))
+                                                  else "frames " + ", ".join(map(str, ks)))
+
+
+@dataclass
+class _Geometry:
+    """The crease pattern's vertices ``V`` (``z = 0``), its faces, the frame they came
+    from, the folded form's vertices when the frame was one (else None), and notes."""
+
+    V: np.ndarray
+    faces: list
+    frame: dict
+    folded: np.ndarray | None
+    notes: tuple
+
+
+def _geometry(frames, cp) -> _Geometry:
+    """The crease pattern of frame ``cp``: flat in any plane (rotated into ``z = 0``), or a
+    folded form (2-D or 3-D) developed into it (:mod:`diffmb.formats.fold_develop`)."""
+    f = frames[cp]
+    V, dims = _read_vertices(f)
+    faces = _read_faces(f, V)
+    notes = []
+    if faces is None:
+        if dims == 3 and not np.allclose(V[:, 2], 0.0, atol=1e-9 * dev.size(V)):
+            flat, note = dev.flat_sheet(V, [])
+            if flat is None:
+                raise ValueError("faces_vertices: missing, and the faces of a folded (non-planar) edge graph "
+                                 "cannot be derived; give faces_vertices")
+            V = flat
+            notes.append(note)
+        faces = planar.faces_of(V, _list(f, "edges_vertices"))
+        _check_faces(faces, V)
+        notes.append(f"faces_vertices: not in the file; {len(faces)} faces derived from the planar graph of its edges")
+    folded_class = "foldedForm" in ff.classes(f) and "creasePattern" not in ff.classes(f)
+    if not folded_class:
+        flat, note = dev.flat_sheet(V, faces)
+        if flat is not None:
+            if note:
+                notes.append(note)
+            return _Geometry(flat, faces, f, None, tuple(notes))
+    what = ("its frame_classes say foldedForm" if folded_class else "its vertices do not lie in one plane")
+    V2, flipped = dev.develop(V, faces)
+    if flipped:
+        notes.append(f"faces {flipped[:5]}{' ...' if len(flipped) > 5 else ''} run clockwise against their "
+                     "neighbours; laid out to match them")
+    notes.append(f"{ff.where(cp)} is a folded form ({what}, {'2-D' if dims == 2 else '3-D'}): developed into its "
+                 "crease pattern, and the run starts folded as the file has it")
+    return _Geometry(V2, faces, f, V, tuple(notes))
+
+
+def _angles_of_state(V2, V3, faces, edges, border, assign, what) -> list:
+    """Fold angles [rad] of the folded state ``V3`` of crease pattern ``V2``; a crease
+    folded flat takes its sign from ``M``/``V``; an angle against its assignment, or a
+    crease folded flat with neither, is an error naming the edge."""
+    angles, flat = dev.fold_angles(V2, V3, faces, edges, border)
+    out = []
+    for i, (ang, a) in enumerate(zip(angles, assign)):
+        if a in "BCJ" or a == "F":
+            if a in "FJ" and abs(ang) > 1e-6:
+                raise ValueError(f"edges_assignment[{i}]: {a} edge folded by {math.degrees(ang):.6g} deg in {what} "
+                                 "(an F or J edge stays flat)")
+            out.append(0.0)
+            continue
+        if i in flat:
+            if a not in "MV":
+                raise ValueError(f"edges_assignment[{i}]: {a} crease folded flat (180 deg) in {what}; its "
+                                 "direction cannot be read from the geometry: assign it M or V")
+            ang = math.pi if a == "V" else -math.pi
+        elif (a == "V" and ang < -1e-9) or (a == "M" and ang > 1e-9):
+            raise ValueError(f"edges_assignment[{i}]: {a} crease folded by {math.degrees(ang):.6g} deg in {what} "
+                             "(FOLD: valley positive, mountain negative)")
+        out.append(float(ang))
+    return out
+
+
+def _frame_angles(frames, k, cp, geo, edges, border, assign) -> list:
+    """The fold angles of frame ``k``: from its 3-D (or 2-D folded) vertices when it has
+    them, else its ``edges_foldAngle``."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < len(frames):
+        raise ValueError(f"frame: {k!r} is not a frame of the file (frames 0-{len(frames) - 1})")
+    f = frames[k]
+    if k == cp and geo.folded is None:
+        return [_fold_angle(a, i, assign[i]) for i, a in enumerate(f.get("edges_foldAngle") or [0.0] * len(edges))]
+    if ff.has_geometry(f) and f.get("vertices_coords") is not geo.frame.get("vertices_coords"):
+        V3, _ = _read_vertices(f, where=f"{ff.where(k)}: vertices_coords")
+        if len(V3) != len(geo.V):
+            raise ValueError(f"{ff.where(k)}: {len(V3)} vertices_coords for the crease pattern's {len(geo.V)}")
+        return _angles_of_state(geo.V, V3, geo.faces, edges, border, assign, ff.where(k))
+    if "edges_foldAngle" in f:
+        raw = f["edges_foldAngle"]
+        if not isinstance(raw, list) or len(raw) != len(edges):
+            raise ValueError(f"{ff.where(k)}: edges_foldAngle: expected {len(edges)} numbers")
+        return [_fold_angle(_wrapped(a), i, assign[i]) for i, a in enumerate(raw)]
+    raise ValueError(f"{ff.where(k)}: neither vertices_coords nor edges_foldAngle; it is not a folded state")
+
+
+def _wrapped(deg):
+    """An angle in degrees brought into [-180, 180] (a run exported past flat keeps turning)."""
+    if not _number(deg):
+        return deg
+    return deg - 360.0 * round(deg / 360.0) if abs(deg) > 180 + 1e-9 else deg
+
+
+def _drivers(drive, creases, edges, fold_fraction):
+    """``None`` (the start state as given) or the labels of the creases held while the
+    others are closed by the solve (``()``: chosen by the build, one per degree of
+    freedom). ``drive``: crease labels ``e<i>`` or edge indices."""
+    if drive is None:
+        return None
+    labels = {c.label for c in creases}
+    out = []
+    for d in (drive.split(",") if isinstance(drive, str) else drive):
+        d = str(d).strip()
+        if not d:
+            continue
+        name = d if d.startswith("e") else f"e{d}"
+        if name not in labels:
+            raise ValueError(f"drive: {d!r} is not a crease (hinges: {', '.join(sorted(labels, key=_edge_number))})")
+        out.append(name)
+    if out and fold_fraction is None:
+        raise ValueError("drive: give the fold fraction the driving creases are set to (fold_fraction, CLI --fold)")
+    return tuple(out)
+
+
+def _edge_number(label) -> int:
+    return int(label[1:]) if label[1:].isdigit() else 0
 
 
 def _check_arguments(density, hub_mass, stiffness, damping, fold_fraction):
@@ -164,55 +319,70 @@ def _check_arguments(density, hub_mass, stiffness, damping, fold_fraction):
         raise ValueError(f"fold_fraction must be a number in [-1, 1], got {fold_fraction!r}")
 
 
-def _read_vertices(data) -> np.ndarray:
-    """``vertices_coords`` as an ``(n, 3)`` array with ``z = 0`` (the flat pattern)."""
+def _read_vertices(data, where="vertices_coords"):
+    """``(V (n, 3), dims)``: ``vertices_coords`` (2-D or 3-D; a 2-D vertex has ``z = 0``)
+    and the largest dimension given."""
     coords = _list(data, "vertices_coords")
     if len(coords) < 3:
-        raise ValueError(f"vertices_coords: expected at least 3 vertices, got {len(coords)}")
+        raise ValueError(f"{where}: expected at least 3 vertices, got {len(coords)}")
     V = np.zeros((len(coords), 3))
+    dims = 2
     for i, c in enumerate(coords):
         if not isinstance(c, (list, tuple)) or len(c) not in (2, 3) or not all(_number(x) for x in c):
-            raise ValueError(f"vertices_coords[{i}]: expected 2 or 3 numbers, got {c!r}")
-        if len(c) == 3 and abs(c[2]) > _TOL:
-            raise ValueError(f"vertices_coords[{i}]: expected the flat crease pattern (z = 0), got z = {c[2]}")
-        V[i, :2] = c[:2]
-    return V
+            raise ValueError(f"{where}[{i}]: expected 2 or 3 numbers, got {c!r}")
+        V[i, :len(c)] = c
+        dims = max(dims, len(c))
+    return V, dims
 
 
-def _read_faces(data, V) -> list:
-    """``faces_vertices``: each face's vertex indices, a simple polygon of non-zero area."""
-    faces_raw = _list(data, "faces_vertices")
+def _read_faces(data, V):
+    """``faces_vertices`` (None when the file has none): each face's vertex indices, a
+    polygon of non-zero area whose sides do not cross (a repeated vertex is a slit)."""
+    faces_raw = _list(data, "faces_vertices", required=False)
+    if faces_raw is None:
+        return None
     if not faces_raw:
         raise ValueError("faces_vertices: no faces")
-    faces = []
-    for i, f in enumerate(faces_raw):
-        f = _int_list(f, "faces_vertices", i, len(V), 3)
-        if len(set(f)) != len(f):
-            raise ValueError(f"faces_vertices[{i}]: repeated vertex (degenerate face)")
-        poly = V[f]
-        area = polygon_area(poly)
-        scale = max(np.ptp(poly[:, 0]), np.ptp(poly[:, 1]), 1e-300)
-        if area <= 1e-9 * scale * scale:
-            raise ValueError(f"faces_vertices[{i}]: degenerate face (zero area)")
-        if _self_intersecting(poly):
-            raise ValueError(f"faces_vertices[{i}]: not a simple polygon (its sides cross)")
-        faces.append(f)
+    faces = [_int_list(f, "faces_vertices", i, len(V), 3) for i, f in enumerate(faces_raw)]
+    _check_faces(faces, V)
     return faces
 
 
-def _read_edges(data, n_v, fold_fraction):
+def _check_faces(faces, V):
+    for i, f in enumerate(faces):
+        twice = [v for k, v in enumerate(f) if v == f[(k + 1) % len(f)]]
+        if twice:
+            raise ValueError(f"faces_vertices[{i}]: vertex {twice[0]} repeated next to itself (a side of zero length)")
+        poly = V[f]
+        area = polygon_area(poly) if np.allclose(poly[:, 2], 0.0) else 0.5 * np.linalg.norm(dev._newell(poly))
+        scale = max(float(np.ptp(poly, axis=0).max()), 1e-300)
+        if area <= 1e-9 * scale * scale:
+            raise ValueError(f"faces_vertices[{i}]: degenerate face (zero area)")
+        if np.allclose(poly[:, 2], 0.0) and _self_intersecting(poly):
+            raise ValueError(f"faces_vertices[{i}]: not a simple polygon (its sides cross)")
+
+
+def _read_edges(data, faces, n_v):
     """``(edges, assign, angles, edge_index)``: each edge's two vertices, its assignment
-    letter (upper case), its initial fold angle in radians (``edges_foldAngle``, or set by
-    ``fold_fraction``), and ``{frozenset of its vertices: edge index}``."""
-    edges_raw = _list(data, "edges_vertices")
-    assign_raw = _list(data, "edges_assignment")
+    letter (upper case; without ``edges_assignment``: ``B`` on one face, ``U`` between
+    two), its fold angle in radians (``edges_foldAngle``, else 0) and ``{frozenset of its
+    vertices: edge index}``. Without ``edges_vertices`` (and no other ``edges_`` key) the
+    edges are the faces' sides."""
+    edges_raw = _list(data, "edges_vertices", required=False)
+    if edges_raw is None:
+        given = [k for k in ("edges_assignment", "edges_foldAngle") if k in data]
+        if given:
+            raise ValueError(f"missing key 'edges_vertices' ({given[0]} refers to it)")
+        edges_raw = list({frozenset((f[k], f[(k + 1) % len(f)])): [f[k], f[(k + 1) % len(f)]]
+                          for f in faces for k in range(len(f))}.values())
+    assign_raw = _list(data, "edges_assignment", required=False)
     angles_raw = _list(data, "edges_foldAngle", required=False)
-    if len(assign_raw) != len(edges_raw):
-        raise ValueError(f"edges_assignment: {len(assign_raw)} entries for {len(edges_raw)} edges_vertices")
-    if angles_raw is not None and len(angles_raw) != len(edges_raw):
-        raise ValueError(f"edges_foldAngle: {len(angles_raw)} entries for {len(edges_raw)} edges_vertices")
+    for key, raw in (("edges_assignment", assign_raw), ("edges_foldAngle", angles_raw)):
+        if raw is not None and len(raw) != len(edges_raw):
+            raise ValueError(f"{key}: {len(raw)} entries for {len(edges_raw)} edges_vertices")
     edge_index = {}
     edges, assign, angles = [], [], []
+    sides = Counter(frozenset((f[k], f[(k + 1) % len(f)])) for f in faces for k in range(len(f)))
     for i, e in enumerate(edges_raw):
         e = _int_list(e, "edges_vertices", i, n_v, 2)
         if len(e) != 2 or e[0] == e[1]:
@@ -222,14 +392,13 @@ def _read_edges(data, n_v, fold_fraction):
             raise ValueError(f"edges_vertices[{i}]: duplicate of edge {edge_index[key]}")
         edge_index[key] = i
         edges.append(e)
-        a = assign_raw[i]
+        a = assign_raw[i] if assign_raw is not None else ("U" if sides[key] == 2 else "B")
         if not isinstance(a, str) or a.upper() not in ASSIGNMENTS:
-            raise ValueError(f"edges_assignment[{i}]: unknown assignment {a!r} (expected one of B, M, V, F, U)")
+            raise ValueError(f"edges_assignment[{i}]: unknown assignment {a!r} (expected one of "
+                             f"{', '.join(ASSIGNMENT_ORDER)})")
         a = a.upper()
         assign.append(a)
         angles.append(0.0 if angles_raw is None else _fold_angle(angles_raw[i], i, a))
-    if fold_fraction is not None:
-        angles = [math.pi * fold_fraction * {"M": -1.0, "V": 1.0}.get(a, 0.0) for a in assign]
     return edges, assign, angles, edge_index
 
 
@@ -245,7 +414,7 @@ def _fold_angle(ang, i, a) -> float:
     if (a == "V" and ang < 0) or (a == "M" and ang > 0):
         raise ValueError(f"edges_foldAngle[{i}]: {ang} deg contradicts assignment {a!r} "
                          "(FOLD: valley positive, mountain negative)")
-    if a in "BF" and ang != 0:
+    if a in "BFCJ" and ang != 0:
         raise ValueError(f"edges_foldAngle[{i}]: {a!r} edge with non-zero fold angle {ang}")
     return math.radians(ang)
 
@@ -262,10 +431,16 @@ def _face_borders(faces, edge_index, assign):
                                  "is not in edges_vertices")
             border[edge_index[key]].append(fi)
     for i, a in enumerate(assign):
-        n = len(border[i])
-        if a == "B" and n != 1:
+        fs = border[i]
+        n, slit = len(fs), len(fs) == 2 and fs[0] == fs[1]
+        if a == "B" and not (n == 1 or slit):
             raise ValueError(f"edges_vertices[{i}]: boundary edge (B) borders {n} faces, expected 1")
-        if a != "B" and n != 2:
+        if a == "C" and n not in (1, 2):
+            raise ValueError(f"edges_vertices[{i}]: cut edge (C) borders {n} faces, expected 1 or 2")
+        if a not in "BC" and slit:
+            raise ValueError(f"edges_vertices[{i}]: {a} edge along a slit of faces_vertices[{fs[0]}] (both its "
+                             "sides are that face); a slit is B or C")
+        if a not in "BC" and n != 2:
             raise ValueError(f"edges_vertices[{i}]: {a} crease borders {n} faces, expected exactly 2")
     return border
 
@@ -282,7 +457,7 @@ def _weld_flat_edges(faces, border, assign):
         return x
 
     for i, a in enumerate(assign):
-        if a == "F":
+        if a in "FJ":
             x, y = (find(f) for f in border[i])
             if x != y:
                 parent[max(x, y)] = min(x, y)
@@ -348,7 +523,7 @@ def _hinge_pairs(assign, border, panel_of):
     return by_pair
 
 
-def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own) -> Crease:
+def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own, assign) -> Crease:
     """The hinge ``e<idx[0]>`` between the two panels of ``pair`` along the crease edges
     ``idx``: collinear, one fold angle, one stiffness and damping (``own``: per edge),
     each panel's centre of mass on its own side of the hinge line."""
@@ -376,7 +551,8 @@ def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own) -
         if any(values[i] != values[i0] for i in idx):
             raise ValueError(f"diffmb:edges_{key}[{i0}]: collinear creases {idx} between the same panels "
                              f"(one hinge) have different values {[values[i] for i in idx]}")
-    return Crease(a_name, b_name, p1, p2, angles[i0], own["stiffness"][i0], own["damping"][i0], name=f"e{i0}")
+    return Crease(a_name, b_name, p1, p2, angles[i0], own["stiffness"][i0], own["damping"][i0], name=f"e{i0}",
+                  assignment=assign[i0])
 
 
 def _per_edge(data, key, n, default) -> list:

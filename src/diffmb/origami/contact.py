@@ -604,10 +604,9 @@ def check_panels(panels: dict, options: ContactOptions) -> None:
                              f"as offset mid-surfaces")
 
 
-def check_start(system, element: PanelContact, params) -> None:
-    """Refuse a start state that already intersects: a crease folded past flat, or two
-    panels that share no vertex passing through each other (the barriers would start at
-    infinite energy). Raises ValueError naming the crease or the panels and the depth."""
+def start_diagnostics(system, element: PanelContact, params) -> dict:
+    """The element's diagnostics at the system's start state (numpy): every crease's
+    angle, and the deepest overlap of two panels and its pair."""
     from ..tree.kinematics import kinematics
 
     x0 = system.init_state(params)
@@ -615,7 +614,15 @@ def check_start(system, element: PanelContact, params) -> None:
     p = params["elements"][system.elements.index(element)]
     ws = kinematics(params["model"], q0, qd0)
     z = system.element_states(x0)[system.elements.index(element)]
-    d = jax.device_get(element.diagnostics(params["model"], ws, z, p))
+    return jax.device_get(element.diagnostics(params["model"], ws, z, p))
+
+
+def check_start(system, element: PanelContact, params) -> None:
+    """Refuse a start state that already intersects: a crease folded past flat, or two
+    panels that share no vertex passing through each other (the barriers would start at
+    infinite energy). Raises ValueError naming the crease or the panels and the depth."""
+    p = params["elements"][system.elements.index(element)]
+    d = start_diagnostics(system, element, params)
     if "crease_angle" in d:
         over = np.abs(np.asarray(d["crease_angle"])) - np.pi
         k = int(np.argmax(over))

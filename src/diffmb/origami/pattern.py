@@ -20,15 +20,19 @@ Frames and signs (the paper's tables leave them open; this is our choice):
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 
-from ..closures.nodes import make_closures
+from ..closures.mobility import Mobility
+from ..closures.nodes import analyse, make_closures
 from ..system import TreeSystem
 from ..tree.model import ModelBuilder
-from . import topology as topo
-from .contact import check_panels, check_start, opening_sides, panel_contact
+from . import start_state, topology as topo
+from .contact import check_panels, check_start, opening_sides, panel_contact, start_diagnostics
 from .polygon import plate_inertia, polygon_centroid
 
 
@@ -66,10 +70,18 @@ class Crease:
     damping: float = 0.0
     rest: float = 0.0
     name: str | None = None
+    assignment: str | None = None  # "M" / "V" / "U" as a file gives it; None: the fold's sign
 
     @property
     def label(self) -> str:
         return self.name or f"{self.a}-{self.b}"
+
+    @property
+    def kind(self) -> str:
+        """``M``, ``V`` or ``U``: the assignment, else the sign of the start fold."""
+        if self.assignment is not None:
+            return self.assignment
+        return "V" if self.fold > 0 else "M" if self.fold < 0 else "U"
 
 
 @dataclass
@@ -79,6 +91,12 @@ class CreasePattern:
     root: str
     cut: tuple = ()  # crease (a, b) pairs to cut; the rest of the tree is found by search
     method: str = "bfs"
+    #: None: the folds are the start state (closed by build within ``closure_tol``); a
+    #: tuple of crease labels: those are held and the others closed by the solve (``()``:
+    #: one driver per degree of freedom, chosen by build)
+    drive: tuple | None = None
+    closure_tol: float | None = None  # relative to the pattern's size; None: start_state.CLOSURE_TOL
+    notes: tuple = ()  # what the loader did on its own (warned by build as PatternNote)
 
     def panel(self, name) -> Panel:
         for p in self.panels:
@@ -104,6 +122,7 @@ class OrigamiInfo:
     n_c: int
     hinge_names: tuple = field(default=())
     panel_outlines: tuple = field(default=())
+    mobility: object = None  # diffmb.closures.mobility.Mobility at the start state
 
 
 # ------------------------------------------------------------------------ build
@@ -161,8 +180,9 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     creases = {frozenset((c.a, c.b)): c for c in pattern.creases}
     if len(creases) != len(pattern.creases):
         raise ValueError("two creases join the same pair of panels")
-    tp = topo.spanning_tree([(c.a, c.b) for c in pattern.creases], pattern.root,
-                            method=pattern.method, cut=pattern.cut)
+    for note in pattern.notes:
+        warnings.warn(note, start_state.PatternNote, stacklevel=2)
+    tp = _tree(pattern)
     panels = {p.name: p for p in pattern.panels}
     if contact is not None:
         check_panels(panels, contact)   # before anything compiles
@@ -197,9 +217,26 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
         R = _node_rot(axis)
         pairs.append(dict(name=c.label, body_a=a_name, body_b=b_name, kind="hinge", axis=0,
                           pos_a=mid - origin[a_name], pos_b=mid - origin[b_name], rot_a=R, rot_b=R))
-    closures = make_closures(model, q0, pairs) if pairs else None
+    closures = make_closures(model, q0, pairs, analyse_rank=False) if pairs else None
+    tree_creases = [creases[frozenset((p, ch))] for p, ch in tp.tree_edges]
     if closures is None:
         stabilization = "none"
+        mobility = Mobility(dof=len(hinge_names), infinitesimal=len(hinge_names), rank=0, rows=0, n=len(hinge_names))
+    else:
+        joint_of = {c.label: name for c, name in zip(tree_creases, hinge_names)}
+        q0, notes = start_state.close(
+            model, closures, q0, size=_size(pattern), tol=pattern.closure_tol,
+            hold=[f"{root.name}_free"] if free_root else [], joints=hinge_names,
+            hinge_cols=[model.body_slices[model.body_index(ch)][0] for _, ch in tp.tree_edges],
+            labels=[c.label for c in tree_creases],
+            drive=None if pattern.drive is None else tuple(joint_of[d] for d in pattern.drive))
+        for note in notes:
+            warnings.warn(note, start_state.PatternNote, stacklevel=2)
+        closures = dataclasses.replace(closures, report=analyse(model, q0, closures))
+        mobility = closures.report.mobility
+        if mobility.locked:
+            warnings.warn(f"{mobility} (the closure Jacobian has rank {mobility.rank} of {mobility.n} hinge rates, "
+                          f"and every probe fell back to the start state)", start_state.LockedPattern, stacklevel=2)
     roles = {"hinge": tuple(hinge_names)}
     if model.floating_base:  # the hub: the free root's attitude MRPs and body angular rate
         s, _ = model.body_slices[0]
@@ -218,11 +255,53 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
         system = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
         if contact.forces:
             check_start(system, element, system.default_params())
+        params = system.default_params()
+        d = start_diagnostics(system, element, params)
+        kinds = {c.label: c.kind for c in pattern.creases}
+        overlap = None
+        if "panel_overlap" in d and float(d["panel_overlap"]) > float(params["elements"][0]["overlap_tolerance"]):
+            overlap = (float(d["panel_overlap"]), element.pair_labels[int(d["panel_overlap_pair"])])
+        for w in start_state.branch_warnings([(lab, kinds.get(lab, "U")) for lab in element.crease_labels],
+                                             np.asarray(d.get("crease_angle", [])), overlap):
+            warnings.warn(w, start_state.PatternNote, stacklevel=2)
     outlines = tuple(
         (name, tuple(tuple(float(c) for c in v) for v in np.asarray(panels[name].vertices, float) - origin[name]))
         for name in tp.nodes
     )
-    return system, _info(tp, tuple(hinge_names), outlines)
+    return system, dataclasses.replace(_info(tp, tuple(hinge_names), outlines), mobility=mobility)
+
+
+def _size(pattern: CreasePattern) -> float:
+    """The pattern's bounding-box diagonal [m] (the closure tolerance scales with it)."""
+    V = np.concatenate([np.asarray(p.vertices, float) for p in pattern.panels])
+    return max(float(np.linalg.norm(np.ptp(V, axis=0))), 1e-300)
+
+
+def _tree(pattern: CreasePattern) -> topo.Topology:
+    """The spanning tree of the panel graph, with every driving crease in it: a driver
+    the search cut is swapped for another crease of its loop (any edge of a fundamental
+    cycle can be the cut one)."""
+    edges = [(c.a, c.b) for c in pattern.creases]
+    if not edges:   # one panel: a tree of one body
+        g = nx.Graph()
+        g.add_node(pattern.root)
+        return topo.spanning_tree(g, pattern.root, method=pattern.method)
+    tp = topo.spanning_tree(edges, pattern.root, method=pattern.method, cut=pattern.cut)
+    by_label = {c.label: frozenset((c.a, c.b)) for c in pattern.creases}
+    drivers = {by_label[d] for d in (pattern.drive or ()) if d in by_label}
+    for _ in range(len(drivers)):
+        cuts = [frozenset(e) for e in tp.cut_edges]
+        k = next((i for i, e in enumerate(cuts) if e in drivers), None)
+        if k is None:
+            break
+        loop = tp.cycles()[k]
+        swap = next((frozenset(e) for e in zip(loop, loop[1:]) if frozenset(e) not in drivers), None)
+        if swap is None:
+            raise ValueError(f"drive: every crease of the loop through {sorted(cuts[k])} is a driver; "
+                             "one of them must be left to close it")
+        cuts[k] = swap
+        tp = topo.spanning_tree(edges, pattern.root, method=pattern.method, cut=[tuple(e) for e in cuts])
+    return tp
 
 
 def _inertia(panel: Panel) -> np.ndarray:

@@ -47,6 +47,7 @@ from ..origami.contact import PSI_HAT, ContactOptions
 from ..origami.generators import miura, scheel
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
+from ..origami.start_state import CLOSURE_TOL
 from .files import existing
 from .scenario import REGISTRY, Scenario, register, set_anywhere
 
@@ -347,23 +348,56 @@ _register_fold(
 )
 
 
-def fold_scenario(path) -> Scenario:
-    """An ad-hoc scenario for a FOLD file (``diffmb run pattern.fold``), named after the
-    file's stem. Parameters: ``density`` [kg/m^2], ``K`` [N m/rad], ``c`` [N m s/rad] (every
-    hinge), ``hub_mass`` (root panel; 0: from the density), Baumgarte ``a``, ``b``."""
-    path = existing(path, "FOLD file")
+#: Crease-pattern files a run can be made from.
+PATTERN_FILES = (".fold", ".svg")
+
+
+def load_pattern(path, v: dict, *, frame=None, fold=None, drive=None):
+    """The crease pattern of a FOLD or SVG file for the scenario values ``v`` (density,
+    ``K``, ``c``, ``hub_mass``, ``closure_tol``) and start options: ``frame`` (a frame of
+    the file), ``fold`` (a fold fraction) and ``drive`` (driving creases, comma-separated;
+    with ``fold`` and no ``drive``, one per degree of freedom)."""
+    from ..formats.svg import load_svg
+
+    loader = load_svg if str(path).lower().endswith(".svg") else load_fold
+    if drive is not None and fold is None:
+        raise ValueError("--drive needs --fold FRACTION (the angle the driving creases are set to)")
+    return loader(path, density=v["density"], stiffness=v["K"], damping=v["c"],
+                  hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None, frame=frame, fold_fraction=fold,
+                  drive=(drive or ()) if fold is not None else None,
+                  closure_tol=v.get("closure_tol", CLOSURE_TOL))
+
+
+def start_options(source: str) -> tuple:
+    """``(path, {frame, fold, drive})`` of a recorded model source (``<path>[ --frame K]
+    [ --fold F][ --drive e1,e2]``, :func:`diffmb.cli.run.model_source`)."""
+    parts = str(source).split(" --")
+    opts = {}
+    for part in parts[1:]:
+        key, _, value = part.partition(" ")
+        opts[key] = int(value) if key == "frame" else float(value) if key == "fold" else value
+    return parts[0], opts
+
+
+def fold_scenario(path, *, frame=None, fold=None, drive=None) -> Scenario:
+    """An ad-hoc scenario for a FOLD or SVG crease pattern (``diffmb run pattern.fold``),
+    named after the file's stem. Parameters: ``density`` [kg/m^2], ``K`` [N m/rad], ``c``
+    [N m s/rad] (every hinge), ``hub_mass`` (root panel; 0: from the density), Baumgarte
+    ``a``, ``b``, ``closure_tol`` (how far the start state may miss closing, relative to
+    the pattern's size). ``frame``/``fold``/``drive``: :func:`load_pattern`."""
+    path = existing(path, "SVG file" if str(path).lower().endswith(".svg") else "FOLD file")
 
     def make(v, stabilization):
-        pattern = load_fold(path, density=v["density"], stiffness=v["K"], damping=v["c"],
-                            hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None)
+        pattern = load_pattern(path, v, frame=frame, fold=fold, drive=drive)
         system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v), contact=contact_options(v))
         return system, system.default_params()
 
     stem = os.path.splitext(os.path.basename(path))[0] or "fold"
+    kind = "SVG" if path.lower().endswith(".svg") else "FOLD"
     return Scenario(
-        name=stem, description=f"crease pattern from {path}", paper="FOLD file", build=make,
+        name=stem, description=f"crease pattern from {path}", paper=f"{kind} file", build=make,
         defaults={"density": 1.0, "K": 0.01, "c": 0.0, "hub_mass": 0.0,
-                  "a": 40.0, "b": 0.0, **CONTACT_DEFAULTS},
+                  "a": 40.0, "b": 0.0, "closure_tol": CLOSURE_TOL, **CONTACT_DEFAULTS},
         t1=10.0, dt=1e-3, solver=SOLVER, rtol=RTOL, atol=ATOL, stabilizations=STABS,
         stabilization=STABILIZATION,
         conserved=_conserved,

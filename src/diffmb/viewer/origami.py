@@ -13,11 +13,13 @@ end points as carried by its two panels (the panels touching a cut crease take i
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from ..formats.fold import load_fold
 from ..origami import build
 from ..origami.hinges import stop_energy, tape_spring_energy
+from ..origami.start_state import PatternNote
 from ..scenarios import origami as origami_scenarios
 from .frames import body_poses, hinge_series, world_points
 from .scene import Quantity, Scene, frame_indices
@@ -29,16 +31,21 @@ def pattern_of(run):
     if name in origami_scenarios.PATTERNS and run.meta.get("model") is None:
         return origami_scenarios.PATTERNS[name](v)
     model = run.meta.get("model")
-    if isinstance(model, str) and model.lower().endswith(".fold"):
-        return load_fold(model, density=v["density"], stiffness=v["K"], damping=v["c"],
-                         hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None)
+    if isinstance(model, str):
+        path, start = origami_scenarios.start_options(model)
+        if path.lower().endswith(origami_scenarios.PATTERN_FILES):
+            with warnings.catch_warnings():   # the run said them when it was built
+                warnings.simplefilter("ignore", PatternNote)
+                return origami_scenarios.load_pattern(path, v, **start)
     return None
 
 
 def panel_origins(pattern) -> tuple[dict, dict, set]:
     """``(outlines, origins, cut)``: each panel's outline in its body frame, its body
     origin in the flat layout, and the cut creases' panel pairs."""
-    _, info = build(pattern, stabilization="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PatternNote)
+        _, info = build(pattern, stabilization="none")
     outlines = {name: np.asarray(v, float) for name, v in info.panel_outlines}
     origin = {p.name: np.pad(np.asarray(p.vertices, float), ((0, 0), (0, 3)))[0, :3] - outlines[p.name][0]
               for p in pattern.panels}
@@ -125,8 +132,14 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
         title=run.name, times=ts.astype(np.float32), body_names=names, poses=poses.astype(np.float32),
         geometry=geometry, links=links, quantities=quantities, hub=hub, kind="origami",
         info={"panels": len(outlines), "creases": len(creases), "cut creases": len(cut),
-              "hub": pattern.root},
+              "hub": pattern.root, "mobility": _mobility(run.system, len(creases) - len(cut))},
     )
+
+
+def _mobility(system, tree_hinges: int) -> str:
+    """The pattern's mobility at the start state, as the run's build reported it."""
+    m = getattr(getattr(getattr(system, "closures", None), "report", None), "mobility", None)
+    return str(m) if m is not None else f"{tree_hinges} dof (a tree: no closures)"
 
 
 def _upward(outline: np.ndarray) -> np.ndarray:
