@@ -24,7 +24,8 @@ from diffmb.viewer.plots import plot_trajectory
 from helpers import interrupt_after
 
 JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "compile_cached", "energy",
-             "angular_momentum", "violation", "final", "contact", "status", "warnings"}  # contact: issue 58
+             "angular_momentum", "violation", "final", "contact", "status", "warnings",
+             "mobility", "notes"}  # contact: issue 58; mobility, notes: issue 56
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet"]
 
 

@@ -262,7 +262,7 @@ def test_the_cli_says_mobility_and_notes_before_running(tmp_path, capsys):
     path = tmp_path / "vertex.fold"
     path.write_text(json.dumps(vertex_fold()))
     out = tmp_path / "out"
-    assert cli.main(["run", str(path), "--fold", "0.3", "--t1", "0.01", "--out", str(out), "--no-plot",
+    assert cli.main(["run", str(path), "--fold-fraction", "0.3", "--t1", "0.01", "--out", str(out), "--no-plot",
                      "--json", str(out / "r.json")]) == 0
     err = capsys.readouterr().err
     assert "note: faces_vertices: not in the file" in err and "driving creases" in err

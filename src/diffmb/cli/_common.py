@@ -311,18 +311,20 @@ def scenario_args(p, *, model_files: bool = False):
                        "(default: the first)")
         p.add_argument("--frame", type=int, metavar="K", help="with a crease pattern (.fold): start from frame K "
                        "of the file (a folded state)")
-        p.add_argument("--fold", type=float, metavar="FRACTION", help="with a crease pattern: start folded, the "
+        p.add_argument("--fold-fraction", type=float, metavar="FRACTION", help="with a crease pattern: start "
+                       "folded, the "
                        "driving creases at FRACTION of 180 deg (M negative, V positive), the rest closed by the "
                        "loop-closure solve")
-        p.add_argument("--drive", metavar="e<i>,...", help="with --fold: the driving creases (default: one per "
-                       "degree of freedom, those that move most as the pattern folds)")
+        p.add_argument("--drive", metavar="e<i>,...", help="with --fold-fraction: the driving creases "
+                       "(default: one per degree of freedom, those that move most as the pattern folds)")
 
 
 def scenario_of(args):
     """The command's scenario (or model file, with ``--closures`` / ``--key``)."""
     from .. import scenarios
 
-    start = {k: getattr(args, k, None) for k in ("frame", "fold", "drive")}
+    start = {"frame": getattr(args, "frame", None), "fold": getattr(args, "fold_fraction", None),
+             "drive": getattr(args, "drive", None)}
     return scenarios.get(args.scenario, closures=getattr(args, "closures", None), key=getattr(args, "key", None),
                          start=start)
 

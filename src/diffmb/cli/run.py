@@ -236,7 +236,8 @@ def model_source(args) -> str | None:
     if name in scenarios.REGISTRY or not name.lower().endswith((".urdf", ".xml", ".fold", ".svg")):
         return None
     closures, key = getattr(args, "closures", None), getattr(args, "key", None)
-    start = "".join(f" --{k} {getattr(args, k)}" for k in ("frame", "fold", "drive")
+    start = "".join(f" --{flag} {getattr(args, k)}" for k, flag in
+                    (("frame", "frame"), ("fold_fraction", "fold-fraction"), ("drive", "drive"))
                     if getattr(args, k, None) is not None)
     return (os.path.abspath(name) + (f" --closures {os.path.abspath(closures)}" if closures else "")
             + (f" --key {key}" if key is not None else "") + start)

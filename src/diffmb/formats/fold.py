@@ -152,6 +152,10 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction, f
     edges, assign, angles, edge_index = _read_edges(geo.frame, geo.faces, len(geo.V))
     border = _face_borders(geo.faces, edge_index, assign)
     if geo.folded is not None:   # a folded form: its angles, the assignment giving flat folds their sign
+        if _against(geo.V, geo.folded, geo.faces, edges, border, assign):
+            geo.V[:, 1] *= -1.0
+            notes.append("every mountain/valley crease of the folded form folds the other way from its faces' "
+                         "orientation (the faces run clockwise seen from the valley side): read from the other side")
         angles = _angles_of_state(geo.V, geo.folded, geo.faces, edges, border, assign, "the folded form")
     offered = ff.folded_frames(frames, cp)
     if frame is not None:
@@ -228,6 +232,15 @@ def _geometry(frames, cp) -> _Geometry:
     return _Geometry(V2, faces, f, V, tuple(notes))
 
 
+def _against(V2, V3, faces, edges, border, assign) -> bool:
+    """Whether most M/V creases not folded flat fold against their assignment (the file's
+    faces are oriented from the other side)."""
+    angles, flat = dev.fold_angles(V2, V3, faces, edges, border)
+    signs = [(a == "V") == (ang > 0) for i, (ang, a) in enumerate(zip(angles, assign))
+             if a in "MV" and i not in flat and abs(ang) > 1e-6]
+    return bool(signs) and sum(not s for s in signs) > len(signs) / 2
+
+
 def _angles_of_state(V2, V3, faces, edges, border, assign, what) -> list:
     """Fold angles [rad] of the folded state ``V3`` of crease pattern ``V2``; a crease
     folded flat takes its sign from ``M``/``V``; an angle against its assignment, or a
@@ -298,7 +311,8 @@ def _drivers(drive, creases, edges, fold_fraction):
             raise ValueError(f"drive: {d!r} is not a crease (hinges: {', '.join(sorted(labels, key=_edge_number))})")
         out.append(name)
     if out and fold_fraction is None:
-        raise ValueError("drive: give the fold fraction the driving creases are set to (fold_fraction, CLI --fold)")
+        raise ValueError("drive: give the fold fraction the driving creases are set to "
+                         "(fold_fraction, CLI --fold-fraction)")
     return tuple(out)
 
 

@@ -232,11 +232,14 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
             drive=None if pattern.drive is None else tuple(joint_of[d] for d in pattern.drive))
         for note in notes:
             warnings.warn(note, start_state.PatternNote, stacklevel=2)
-        closures = dataclasses.replace(closures, report=analyse(model, q0, closures))
+        tol = start_state.CLOSURE_TOL if pattern.closure_tol is None else pattern.closure_tol
+        closures = dataclasses.replace(closures, report=analyse(model, q0, closures,
+                                                                check_tol=max(1e-6, tol * _size(pattern))))
         mobility = closures.report.mobility
         if mobility.locked:
             warnings.warn(f"{mobility} (the closure Jacobian has rank {mobility.rank} of {mobility.n} hinge rates, "
-                          f"and every probe fell back to the start state)", start_state.LockedPattern, stacklevel=2)
+                          "and no probe found a closed state a small step away)", start_state.LockedPattern,
+                          stacklevel=2)
     roles = {"hinge": tuple(hinge_names)}
     if model.floating_base:  # the hub: the free root's attitude MRPs and body angular rate
         s, _ = model.body_slices[0]

@@ -86,12 +86,16 @@ def close(model, closures, q0, *, size: float, tol: float | None, hold: list, jo
         if q is not None and r0 <= tol * size:
             return q, [f"the start state missed closing by {r0:.3g} m (closure {where!r}); moved onto the "
                        f"closure manifold: {_changes(q0[hinge_cols], q[hinge_cols], names) or 'no angle changed'}"]
+        if r0 <= tol * size:
+            return q0, [f"the start state misses closing by {r0:.3g} m (closure {where!r}), within the closure "
+                        f"tolerance {tol * size:.3g} m, and the closure solve finds no exact state near it (a "
+                        "singular or isolated state); the run starts from it as given"]
         nearest = ("no rigid state was found near it" if q is None else
                    "the nearest rigid state: " + (_changes(q0[hinge_cols], q[hinge_cols], names) or "the same angles"))
         raise ValueError(f"these fold angles are not a rigid folded state: closure {where!r} is open by {r0:.3g} m, "
                          f"more than the closure tolerance {tol:g} x size {size:.4g} m = {tol * size:.3g} m; "
                          f"{nearest}. Start from it with a larger closure_tol, or fold by driving creases "
-                         f"(--fold FRACTION --drive e<i>,...)")
+                         f"(--fold-fraction FRACTION --drive e<i>,...)")
     drivers = list(drive) or [joints[k] for k in auto_drivers(model, closures, q0, hinge_cols)]
     try:
         q = np.asarray(assemble(model, closures, q0, fixed=[*hold, *drivers])[0])
@@ -122,7 +126,7 @@ def auto_drivers(model, closures, q0, hinge_cols) -> list:
         if best is None or dof > best[0]:
             best = (dof, mob.null_space(G, dof))
     if best is None or best[0] == 0:
-        raise ValueError("--fold: the pattern cannot fold rigidly from flat (mobility 0), so no driving "
+        raise ValueError("--fold-fraction: the pattern cannot fold rigidly from flat (mobility 0), so no driving "
                          "crease can fold it")
     N = best[1].copy()
     chosen = []

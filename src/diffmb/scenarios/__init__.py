@@ -35,7 +35,8 @@ def get(name: str, *, closures: str | os.PathLike | None = None, key: str | int 
     low = str(name).lower()
     start = {k: v for k, v in (start or {}).items() if v is not None}
     if start and not low.endswith(origami.PATTERN_FILES):
-        raise ValueError(f"--{next(iter(start))} applies to a crease pattern (.fold or .svg), not to {name!r}")
+        flag = {"frame": "--frame", "fold": "--fold-fraction", "drive": "--drive"}[next(iter(start))]
+        raise ValueError(f"{flag} applies to a crease pattern (.fold or .svg), not to {name!r}")
     if closures is not None and not low.endswith(".urdf"):
         raise ValueError(f"--closures applies to a .urdf model, not to {name!r}")
     if key is not None and not low.endswith(".xml"):

@@ -361,7 +361,7 @@ def load_pattern(path, v: dict, *, frame=None, fold=None, drive=None):
 
     loader = load_svg if str(path).lower().endswith(".svg") else load_fold
     if drive is not None and fold is None:
-        raise ValueError("--drive needs --fold FRACTION (the angle the driving creases are set to)")
+        raise ValueError("--drive needs --fold-fraction FRACTION (the angle the driving creases are set to)")
     return loader(path, density=v["density"], stiffness=v["K"], damping=v["c"],
                   hub_mass=v["hub_mass"] if v["hub_mass"] > 0 else None, frame=frame, fold_fraction=fold,
                   drive=(drive or ()) if fold is not None else None,
@@ -370,12 +370,17 @@ def load_pattern(path, v: dict, *, frame=None, fold=None, drive=None):
 
 def start_options(source: str) -> tuple:
     """``(path, {frame, fold, drive})`` of a recorded model source (``<path>[ --frame K]
-    [ --fold F][ --drive e1,e2]``, :func:`diffmb.cli.run.model_source`)."""
+    [ --fold-fraction F][ --drive e1,e2]``, :func:`diffmb.cli.run.model_source`)."""
     parts = str(source).split(" --")
     opts = {}
     for part in parts[1:]:
         key, _, value = part.partition(" ")
-        opts[key] = int(value) if key == "frame" else float(value) if key == "fold" else value
+        if key == "frame":
+            opts["frame"] = int(value)
+        elif key == "fold-fraction":
+            opts["fold"] = float(value)
+        elif key == "drive":
+            opts["drive"] = value
     return parts[0], opts
 
 
