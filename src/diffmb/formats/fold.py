@@ -2,20 +2,32 @@
 
 FOLD (https://github.com/edemaine/fold) is JSON. What :func:`load_fold` reads:
 
-* ``vertices_coords``: the *flat* crease pattern, 2-D ``[x, y]`` or 3-D ``[x, y, 0]``
-  (metres); a 3-D file with a non-zero ``z`` (a folded state) is rejected;
-* ``faces_vertices``: each face's vertex indices in order (>= 3, a simple polygon of
-  non-zero area); every face becomes a rigid panel (mass ``density * area``, thin-plate
-  inertia from :func:`~diffmb.origami.polygon.plate_inertia`);
-* ``edges_vertices`` and ``edges_assignment``: ``B`` boundary (exactly one face), ``M``
-  mountain, ``V`` valley, ``U`` unassigned (hinges: exactly two faces), ``F`` flat — see
-  below; the letters are case-insensitive;
+* frames: the top level and ``file_frames`` with ``frame_inherit`` / ``frame_parent``
+  (:mod:`diffmb.formats.fold_frames`); the crease-pattern frame is the first whose
+  ``frame_classes`` says ``creasePattern`` (else the first flat one, else a folded form);
+  ``frame=K`` starts the run from frame ``K`` (FOLD numbering: 0 the top level);
+* ``vertices_coords``: 2-D or 3-D. A flat sheet may lie in any plane (fitted and rotated
+  into ``z = 0``); a ``foldedForm`` frame, or 3-D coordinates that do not lie in one
+  plane, is a folded form: developed into its crease pattern and the run starts folded
+  as the file has it (:mod:`diffmb.formats.fold_develop`);
+* ``faces_vertices``: each face's vertex indices in order (>= 3, non-zero area; a
+  repeated vertex is a slit); without it, the faces of the planar graph of the edges
+  (:mod:`diffmb.formats.planar_faces`). Every face becomes a rigid panel (mass
+  ``density * area``, thin-plate inertia from :func:`~diffmb.origami.polygon.plate_inertia`);
+* ``edges_vertices`` (without it, the faces' sides) and ``edges_assignment`` (without
+  it, ``B`` on one face and ``U`` between two): ``B`` boundary, ``M`` mountain, ``V``
+  valley, ``U`` unassigned (hinges: exactly two faces), ``F`` flat and ``J`` join
+  (welded, below), ``C`` cut (a boundary on both sides, as FOLD 1.2 has it); the letters
+  are case-insensitive;
 * ``edges_foldAngle`` (optional): degrees in ``[-180, 180]``. The FOLD spec: "The fold
   angle is positive for valley folds, negative for mountain folds, and zero for flat,
   unassigned, and border folds" — the same sign as :mod:`diffmb.origami.pattern`
   (positive lifts a panel towards ``+z``, the side the counter-clockwise faces face), so
   the angle is used as it is, in radians. A sign that contradicts ``M``/``V`` is rejected.
-
+* ``diffmb:faces_thickness`` [m], ``diffmb:faces_base`` [m] and ``diffmb:edges_height``
+  [m] (optional): thick panels (:mod:`diffmb.origami.thick`): each face's slab thickness
+  and the height of its bottom face in the flat state (null: centred), and each hinge's
+  height.
 * ``diffmb:edges_stiffness`` [N m/rad] and ``diffmb:edges_damping`` [N m s/rad]
   (optional; FOLD's namespaced custom fields): a crease's own hinge numbers, where the
   file gives them (``null`` entries, and creases of files without them, take the
@@ -30,11 +42,13 @@ Conventions chosen here:
   This is exact for a rigid panel drawn as several facets (e.g. a triangulated quad, as
   Origami Simulator exports them), and adds no stiff hinge to the dynamics.
 * ``U`` (unassigned) edges are free hinges: fold angle from ``edges_foldAngle`` or 0.
-* Initial fold angles: ``edges_foldAngle`` when present, else 0 (flat). With
-  ``fold_fraction`` given, every ``M`` crease starts at ``-pi * fold_fraction`` and every
-  ``V`` crease at ``+pi * fold_fraction`` (``U`` at 0), overriding ``edges_foldAngle``.
-  Either way :func:`~diffmb.origami.pattern.build` checks that the state closes and names
-  the crease (``e<index>``) whose closure does not meet.
+* Initial fold angles: a folded form's, else frame ``frame``'s, else
+  ``edges_foldAngle``, else 0 (flat). With ``fold_fraction`` given, every ``M`` crease
+  starts at ``-pi * fold_fraction`` and every ``V`` crease at ``+pi * fold_fraction``
+  (``U`` at 0); with ``drive`` (crease labels) only those are held there and the others
+  are closed by the loop-closure solve from it. :func:`~diffmb.origami.pattern.build`
+  closes the start state within ``closure_tol`` or refuses it naming the closure and the
+  nearest rigid state (:mod:`diffmb.origami.start_state`).
 * Root: the face (panel) of largest area (the first on ties) or the face index given;
   ``root="hub"`` is the same as the default — the root panel is the free-flying hub,
   with ``hub_mass`` (inertia scaled with it) when given. The remaining tree is breadth
@@ -170,8 +184,10 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction, f
     panels, areas = _panels(groups, geo.faces, geo.V, density)
     root_name = _root(root, panels, areas, panel_of, len(geo.faces), hub_mass)
     by_pair = _hinge_pairs(assign, border, panel_of)
+    _thicken(panels, groups, geo.frame, len(geo.faces))
     own = {key: _per_edge(geo.frame, f"diffmb:edges_{key}", len(edges), default)
            for key, default in (("stiffness", stiffness), ("damping", damping))}
+    own["height"] = _per_edge(geo.frame, "diffmb:edges_height", len(edges), 0.0, signed=True)
     creases = [_crease(pair, idx, geo.V, geo.faces, edges, angles, border, panel_of, panels, own, assign)
                for pair, idx in sorted(by_pair.items(), key=lambda kv: kv[1][0])]
     held = _drivers(drive, creases, edges, fold_fraction)
@@ -566,25 +582,41 @@ def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own, a
             raise ValueError(f"diffmb:edges_{key}[{i0}]: collinear creases {idx} between the same panels "
                              f"(one hinge) have different values {[values[i] for i in idx]}")
     return Crease(a_name, b_name, p1, p2, angles[i0], own["stiffness"][i0], own["damping"][i0], name=f"e{i0}",
-                  assignment=assign[i0])
+                  assignment=assign[i0], height=own["height"][i0])
 
 
-def _per_edge(data, key, n, default) -> list:
-    """Per-edge non-negative numbers of the optional list ``key`` (``null``: ``default``)."""
+def _per_edge(data, key, n, default, *, signed=False, of="edges_vertices") -> list:
+    """Per-edge (or per-face, ``of``) numbers of the optional list ``key``, non-negative
+    unless ``signed`` (``null``: ``default``)."""
     raw = _list(data, key, required=False)
     if raw is None:
-        return [float(default)] * n
+        return [default if default is None else float(default)] * n
     if len(raw) != n:
-        raise ValueError(f"{key}: {len(raw)} entries for {n} edges_vertices")
+        raise ValueError(f"{key}: {len(raw)} entries for {n} {of}")
     out = []
     for i, v in enumerate(raw):
         if v is None:
-            out.append(float(default))
-        elif not _number(v) or v < 0:
-            raise ValueError(f"{key}[{i}]: expected a non-negative number or null, got {v!r}")
+            out.append(default if default is None else float(default))
+        elif not _number(v) or (v < 0 and not signed):
+            raise ValueError(f"{key}[{i}]: expected a {'' if signed else 'non-negative '}number or null, got {v!r}")
         else:
             out.append(float(v))
     return out
+
+
+def _thicken(panels, groups, data, n_faces):
+    """Thick panels from ``diffmb:faces_thickness`` [m] and ``diffmb:faces_base`` (the
+    bottom face's height in the flat state; null: centred): the faces welded into one
+    panel must agree."""
+    thick = _per_edge(data, "diffmb:faces_thickness", n_faces, 0.0, of="faces_vertices")
+    base = _per_edge(data, "diffmb:faces_base", n_faces, None, signed=True, of="faces_vertices")
+    for g, members in groups.items():
+        for key, values in (("thickness", thick), ("base", base)):
+            if any(values[f] != values[members[0]] for f in members):
+                raise ValueError(f"diffmb:faces_{key}[{members[0]}]: faces {members} welded into one panel have "
+                                 f"different values {[values[f] for f in members]}")
+        panels[f"f{g}"].thickness = thick[members[0]]
+        panels[f"f{g}"].base = base[members[0]]
 
 
 # --------------------------------------------------------------------------- geometry
@@ -696,6 +728,11 @@ def to_fold(pattern: CreasePattern, *, title: str | None = None, digits: int = 1
     out = {"file_spec": 1.1, "file_creator": "diffmb", "frame_classes": ["creasePattern"],
            "frame_attributes": ["2D"], "vertices_coords": verts, "faces_vertices": faces,
            "edges_vertices": edges, "edges_assignment": assign, "edges_foldAngle": angle}
+    if any(p.thickness or p.base is not None for p in pattern.panels):
+        out["diffmb:faces_thickness"] = [float(p.thickness) for p in pattern.panels]
+        out["diffmb:faces_base"] = [None if p.base is None else float(p.base) for p in pattern.panels]
+        height = {frozenset((vid(c.p1), vid(c.p2))): float(c.height) for c in pattern.creases}
+        out["diffmb:edges_height"] = [height.get(frozenset(e), 0.0) for e in edges]
     if title:
         out["file_title"] = title
     return out

@@ -46,11 +46,30 @@ class Panel:
     mass: float
     inertia: np.ndarray | None = None
     com: np.ndarray | None = None
+    #: a thick panel: a slab of this thickness [m] whose bottom face is at ``base`` in the
+    #: flat state (None: centred on the layout plane, ``-thickness / 2``)
+    thickness: float = 0.0
+    base: float | None = None
+
+    @property
+    def mid(self) -> float:
+        """Height of the slab's mid-surface in the flat state (0 for a thin panel)."""
+        return 0.0 if self.base is None else float(self.base) + self.thickness / 2
+
+    @property
+    def bottom(self) -> float:
+        return self.mid - self.thickness / 2
+
+    @property
+    def top(self) -> float:
+        return self.mid + self.thickness / 2
 
     def centroid(self) -> np.ndarray:
-        if self.com is not None:
-            return np.asarray(self.com, float)
-        return polygon_centroid(np.asarray(self.vertices, float))
+        """Centre of mass in the flat layout: ``com`` (or the polygon's centroid) in the
+        layout plane, at the slab's mid-surface height."""
+        c = np.array(self.com if self.com is not None else polygon_centroid(np.asarray(self.vertices, float)), float)
+        c[2] += self.mid
+        return c
 
 
 @dataclass
@@ -71,6 +90,9 @@ class Crease:
     rest: float = 0.0
     name: str | None = None
     assignment: str | None = None  # "M" / "V" / "U" as a file gives it; None: the fold's sign
+    #: height [m] of the hinge line above the layout plane in the flat state: a thick
+    #: panel's hinge sits on one of its faces (Chen, Peng & You 2015), 0 for thin panels
+    height: float = 0.0
 
     @property
     def label(self) -> str:
@@ -148,6 +170,16 @@ def _validate(pattern: CreasePattern):
             raise ValueError(f"crease {c.label!r}: zero length")
     if pattern.root not in names:
         raise ValueError(f"root panel {pattern.root!r} is not a panel")
+    by_name = {p.name: p for p in pattern.panels}
+    for p in pattern.panels:
+        if not (np.isfinite(p.thickness) and p.thickness >= 0):
+            raise ValueError(f"panel {p.name!r}: thickness must be a non-negative number, got {p.thickness!r}")
+    for c in pattern.creases:
+        for n in (c.a, c.b):
+            q = by_name[n]
+            if not q.bottom - 1e-12 <= c.height <= q.top + 1e-12:
+                raise ValueError(f"crease {c.label!r}: its hinge at height {c.height:.6g} m is outside panel {n!r} "
+                                 f"(a slab from {q.bottom:.6g} to {q.top:.6g} m); a hinge sits on or in its panels")
 
 
 def _hinge_axis(crease: Crease, child: Panel) -> np.ndarray:
@@ -197,7 +229,7 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     for parent, child in tp.tree_edges:
         c = creases[frozenset((parent, child))]
         p1, p2 = np.asarray(c.p1, float), np.asarray(c.p2, float)
-        mid = (p1 + p2) / 2
+        mid = (p1 + p2) / 2 + np.array([0.0, 0.0, c.height])
         origin[child] = mid
         axis = _hinge_axis(c, panels[child])
         b.add_body(child, parent, "revolute", axis=axis, pos=mid - origin[parent],
@@ -212,7 +244,7 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     for a_name, b_name in tp.cut_edges:
         c = creases[frozenset((a_name, b_name))]
         p1, p2 = np.asarray(c.p1, float), np.asarray(c.p2, float)
-        mid = (p1 + p2) / 2
+        mid = (p1 + p2) / 2 + np.array([0.0, 0.0, c.height])
         axis = (p2 - p1) / np.linalg.norm(p2 - p1)
         R = _node_rot(axis)
         pairs.append(dict(name=c.label, body_a=a_name, body_b=b_name, kind="hinge", axis=0,
@@ -249,7 +281,11 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
               forcing=forcing, projection_iterations=projection_iterations, potential_fn=potential_fn, roles=roles)
     system = TreeSystem(model, q0, np.zeros_like(q0), **kw)
     if contact is not None:
-        parts = (panels, tuple(tp.nodes), origin, model,
+        # the detector sees each slab's mid-surface (thin panels as they are)
+        lifted = {n: dataclasses.replace(p, vertices=_mid_surface(p), com=p.centroid(), inertia=_inertia(p),
+                                         thickness=0.0, base=None) if p.thickness or p.mid else p
+                  for n, p in panels.items()}
+        parts = (lifted, tuple(tp.nodes), origin, model,
                  [(p, ch, creases[frozenset((p, ch))]) for p, ch in tp.tree_edges],
                  [creases[frozenset(e)] for e in tp.cut_edges], _hinge_axis, contact)
         element = panel_contact(*parts)
@@ -268,10 +304,15 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
                                              np.asarray(d.get("crease_angle", [])), overlap):
             warnings.warn(w, start_state.PatternNote, stacklevel=2)
     outlines = tuple(
-        (name, tuple(tuple(float(c) for c in v) for v in np.asarray(panels[name].vertices, float) - origin[name]))
+        (name, tuple(tuple(float(c) for c in v) for v in _mid_surface(panels[name]) - origin[name]))
         for name in tp.nodes
     )
     return system, dataclasses.replace(_info(tp, tuple(hinge_names), outlines), mobility=mobility)
+
+
+def _mid_surface(panel: Panel) -> np.ndarray:
+    """The panel's outline at its mid-surface height (the layout plane for thin panels)."""
+    return np.asarray(panel.vertices, float) + np.array([0.0, 0.0, panel.mid])
 
 
 def _size(pattern: CreasePattern) -> float:
@@ -308,9 +349,11 @@ def _tree(pattern: CreasePattern) -> topo.Topology:
 
 
 def _inertia(panel: Panel) -> np.ndarray:
-    if panel.inertia is not None:
-        return np.asarray(panel.inertia, float)
-    return plate_inertia(np.asarray(panel.vertices, float), panel.mass)
+    """The panel's inertia about its centre of mass: the mid-surface plate's (given, or
+    from the polygon), plus a slab's ``m t^2 / 12`` about the in-plane axes."""
+    plate = (np.asarray(panel.inertia, float) if panel.inertia is not None
+             else plate_inertia(np.asarray(panel.vertices, float), panel.mass))
+    return plate + panel.mass * panel.thickness ** 2 / 12 * np.diag([1.0, 1.0, 0.0])
 
 
 def _info(tp: topo.Topology, hinge_names=(), outlines=()) -> OrigamiInfo:

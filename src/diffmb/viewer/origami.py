@@ -99,8 +99,9 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
     poses = body_poses(run.system, run.params, xs)
     outlines, cut, creases = crease_layout(pattern)
     hub = index[pattern.root]
-    geometry = [{"polygons": [_upward(outlines[n]).tolist()] if n in outlines else [], "segments": [],
-                 "role": "hub" if i == hub else "panel"} for i, n in enumerate(names)]
+    thickness = {q.name: float(q.thickness) for q in pattern.panels}
+    geometry = [{"polygons": _slab(_upward(outlines[n]), thickness.get(n, 0.0)) if n in outlines else [],
+                 "segments": [], "role": "hub" if i == hub else "panel"} for i, n in enumerate(names)]
     links = []
     for a, b, p1a, p2a, p1b, p2b, is_cut in creases:
         if is_cut:
@@ -140,6 +141,18 @@ def _mobility(system, tree_hinges: int) -> str:
     """The pattern's mobility at the start state, as the run's build reported it."""
     m = getattr(getattr(getattr(system, "closures", None), "report", None), "mobility", None)
     return str(m) if m is not None else f"{tree_hinges} dof (a tree: no closures)"
+
+
+def _slab(outline: np.ndarray, t: float) -> list:
+    """The polygons that draw a panel: its outline, or for a slab of thickness ``t`` its
+    top and bottom faces (the mid-surface outline moved by ``+-t/2``) and its sides."""
+    if not t:
+        return [outline.tolist()]
+    up = np.array([0.0, 0.0, t / 2])
+    top, bottom = outline + up, outline - up
+    sides = [[bottom[k], bottom[(k + 1) % len(outline)], top[(k + 1) % len(outline)], top[k]]
+             for k in range(len(outline))]
+    return [top.tolist(), bottom[::-1].tolist(), *[np.asarray(q).tolist() for q in sides]]
 
 
 def _upward(outline: np.ndarray) -> np.ndarray:
