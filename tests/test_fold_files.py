@@ -275,3 +275,22 @@ def test_the_cli_says_mobility_and_notes_before_running(tmp_path, capsys):
     assert cli.main(["run", str(three), "--frame", "4", "--out", str(out), "--quiet"]) == 2
     line = capsys.readouterr().err.strip()
     assert "three.fold" in line and "frame: 4 is not a frame" in line and "\n" not in line
+
+
+def test_an_svg_crease_pattern_runs_from_the_cli(tmp_path, capsys):
+    svg = tmp_path / "square.svg"
+    svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100">'
+                   '<rect x="0" y="0" width="100" height="100" fill="none" stroke="#000000"/>'
+                   '<line x1="0" y1="0" x2="100" y2="100" stroke="#0000ff"/></svg>')
+    out = tmp_path / "out"
+    assert cli.main(["run", str(svg), "--fold-fraction", "0.25", "--t1", "0.01", "--out", str(out), "--no-plot",
+                     "--json", str(out / "s.json")]) == 0
+    obj = json.loads((out / "s.json").read_text())
+    assert obj["mobility"] is None or obj["mobility"]["dof"] == 1   # two panels: a tree, no closures
+    bad = tmp_path / "bad.svg"
+    bad.write_text('<svg xmlns="http://www.w3.org/2000/svg"><line x1="0" y1="0" x2="1" y2="1" '
+                   'stroke="#888888"/></svg>')
+    capsys.readouterr()
+    assert cli.main(["run", str(bad), "--t1", "0.01", "--out", str(out), "--quiet"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "bad.svg" in line and "#888888" in line and "\n" not in line

@@ -186,6 +186,14 @@ def test_fold_frames_round_trip(runs, tmp_path):
                 continue
             na, nb = (_normal(V[faces[k]]) for k in adjacent)
             assert math.degrees(math.acos(np.clip(na @ nb, -1, 1))) == pytest.approx(abs(a), abs=1e-4)
+    # each folded frame is a start state diffmb reloads: its angles read back from its 3-D
+    # vertices are the exported edges_foldAngle (valley positive, degrees; issue 56)
+    for f in (1, len(frames) // 2, len(frames)):
+        start = load_fold(data, frame=f)
+        exported = dict(zip((tuple(e) for e in data["edges_vertices"]), frames[f - 1]["edges_foldAngle"]))
+        for c in start.creases:
+            ends = next(e for e in exported if c.name == f"e{edges.index(e)}")
+            assert math.degrees(c.fold) == pytest.approx(exported[ends], abs=1e-5)
 
 
 def _normal(P):

@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -157,6 +158,7 @@ def main(args) -> int:
     sc = scenario_of(args)
     st = run_settings(args, sc)
     ranges, fixed, members = _members(args, sc)
+    mobility = _mobility(args, sc, ranges, fixed)
     conserved = conserved_by_member(sc, members)
     store = _open_store(args, sc, st, ranges, fixed, members, conserved, engine, devices)
     res = _run(args, sc, members, conserved, store, engine, devices, st)
@@ -167,9 +169,12 @@ def main(args) -> int:
     used = {"solver": st["solver"], "dt": st["dt"], "rtol": st["rtol"], "atol": st["atol"],
             "stabilization": args.stabilization or sc.stabilization}
     plotted = _write_outputs(args, sc, res, cols, report, used, ranges)
-    obj = ({"scenario": sc.name, **res.to_json(), **used, "flagged": report["flagged"]}
+    obj = ({"scenario": sc.name, **res.to_json(), **used, "flagged": report["flagged"], "mobility": mobility}
            if args.json is not None else None)
-    emit(args, obj, _report_lines(args, res, cols, report, plotted))
+    lines = _report_lines(args, res, cols, report, plotted)
+    if mobility is not None:
+        lines.append(f"mobility: {mobility['text']}" + (" (at both ends of every range)" if ranges else ""))
+    emit(args, obj, lines)
     if res.interrupted:
         kept = " and ".join(str(p) for p in (args.csv, args.json, args.out) if p is not None)
         print(f"diffmb: interrupted; {res.batch} of {res.requested} members finished"
@@ -222,6 +227,35 @@ def _members(args, sc):
         print(f"diffmb: {', '.join(ranges)} vary together along the diagonal of their ranges "
               f"(--sampling grid for every combination)", file=sys.stderr)
     return ranges, fixed, members
+
+
+def _mobility(args, sc, ranges, fixed) -> dict | None:
+    """The closed chain's mobility at the start state (:mod:`diffmb.closures.mobility`),
+    built at both ends of every range; ``None`` without closures. The builds' notes and a
+    locked pattern's warning are printed here, before the sweep compiles."""
+    from ..origami.start_state import LockedPattern, PatternNote
+    from .run import mobility_of
+
+    seen, found = set(), []
+    for end in (0, 1):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PatternNote)
+            system, _, _ = sc.make({**fixed, **{k: r[end] for k, r in ranges.items()}},
+                                   args.stabilization or sc.stabilization)
+        for w in caught:
+            text = str(w.message)
+            if issubclass(w.category, PatternNote) and text not in seen:
+                seen.add(text)
+                if w.category is LockedPattern or not args.quiet:
+                    print(f"diffmb: {'warning' if w.category is LockedPattern else 'note'}: {text}", file=sys.stderr)
+        found.append(mobility_of(system))
+        if not ranges:
+            break
+    if found[0] is None:
+        return None
+    if any(m != found[0] for m in found):
+        return {**found[0], "text": " / ".join(m["text"] for m in found) + " (the range's two ends differ)"}
+    return found[0]
 
 
 def _open_store(args, sc, st, ranges, fixed, members, conserved, engine, devices) -> dict:
