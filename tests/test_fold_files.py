@@ -201,8 +201,8 @@ def test_cut_join_slit_edge_only_and_one_panel_files_load():
     one, _, _ = _quiet(load_fold, slit)
     system, info = build(one)
     assert len(one.panels) == 1 and info.n_b == 1 and one.panels[0].mass == pytest.approx(4.0)
-    with pytest.raises(ValueError, match=r"edges_vertices\[4\]: M edge along a slit of faces_vertices\[0\]"):
-        load_fold({**slit, "edges_assignment": ["B", "B", "B", "B", "M"]})
+    dangling, _, _ = _quiet(load_fold, {**slit, "edges_assignment": ["B", "B", "B", "B", "M"]})
+    assert not dangling.creases and any("end inside a face" in n for n in dangling.notes)
     crossing = {"vertices_coords": [[0, 0], [1, 0], [1, 1], [0, 1]],
                 "edges_vertices": [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2], [1, 3]]}
     with pytest.raises(ValueError, match=r"edges_vertices\[4\] and edges_vertices\[5\] cross"):
@@ -268,13 +268,24 @@ def test_the_cli_says_mobility_and_notes_before_running(tmp_path, capsys):
     assert "note: faces_vertices: not in the file" in err and "driving creases" in err
     obj = json.loads((out / "r.json").read_text())
     assert obj["mobility"]["dof"] == 1 and obj["status"] == "success"
+    capsys.readouterr()
+    assert cli.main(["run", str(path), "--frame", "4", "--out", str(out), "--quiet"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "vertex.fold" in line and "frame: 4 is not a frame" in line and "\n" not in line
+
+
+@pytest.mark.slow
+def test_the_cli_warns_of_a_locked_pattern_before_running_it(tmp_path, capsys):
     three = tmp_path / "three.fold"
     three.write_text(json.dumps(vertex_fold(phis=(0.0, 2.0, 4.0), assign=("V", "M", "V"))))
-    assert cli.main(["run", str(three), "--t1", "0.01", "--out", str(out), "--no-plot", "--quiet"]) == 0
-    assert "warning: locked: mobility 0" in capsys.readouterr().err
-    assert cli.main(["run", str(three), "--frame", "4", "--out", str(out), "--quiet"]) == 2
-    line = capsys.readouterr().err.strip()
-    assert "three.fold" in line and "frame: 4 is not a frame" in line and "\n" not in line
+    out = tmp_path / "out"
+    assert cli.main(["run", str(three), "--t1", "0.01", "--out", str(out), "--no-plot", "--quiet",
+                     "--json", str(out / "t.json")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: locked: mobility 0" in err
+    obj = json.loads((out / "t.json").read_text())
+    assert obj["mobility"]["locked"] is True
+    assert obj["status"] == "suspect" and any(w["kind"] == "locked" for w in obj["warnings"])
 
 
 def test_an_svg_crease_pattern_runs_from_the_cli(tmp_path, capsys):

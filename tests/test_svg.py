@@ -170,10 +170,17 @@ def test_collinear_overlap_same_assignment_is_merged(tmp_path):
     assert len(data["edges_vertices"]) == 3 and set(data["edges_assignment"]) == {"M"}
 
 
-def test_collinear_overlap_different_assignments_is_refused(tmp_path):
+def test_collinear_overlap_of_a_mountain_and_a_valley_is_refused(tmp_path):
     p = write(tmp_path, line(0, 0, 6, 0, extra='id="ridge"') + line(4, 0, 10, 0, "#0000ff"))
-    with pytest.raises(ValueError, match=r'<line id="ridge">.*<line>\[1\].*different assignments'):
+    with pytest.raises(ValueError, match=r'<line id="ridge">.*<line>\[1\].*as a mountain and a valley'):
         svg_to_fold(p)
+
+
+def test_a_crease_drawn_over_a_facet_line_is_the_crease(tmp_path):
+    p = write(tmp_path, line(0, 0, 10, 0, "#ffff00") + line(0, 0, 10, 0, "#0000ff") + line(0, 0, 10, 0, "#000000"))
+    assert svg_to_fold(p, scale=1.0)["edges_assignment"] == ["B"]
+    p = write(tmp_path, line(0, 0, 10, 0, "#ffff00") + line(0, 0, 10, 0, "#0000ff"))
+    assert svg_to_fold(p, scale=1.0)["edges_assignment"] == ["V"]
 
 
 def test_degree_four_vertex_edge_only_graph(tmp_path):

@@ -45,7 +45,8 @@ Nothing is run twice. File writing and plotting are not included. After ``--resu
 both cover only this process, while ``steps`` counts the whole trajectory.
 
 Status: ``success`` (reached ``t1``), ``suspect`` (reached ``t1``, but the energy or
-angular momentum jumped in one save interval: :mod:`diffmb.simulation.health`; or, in an
+angular momentum jumped in one save interval: :mod:`diffmb.simulation.health`; or a
+closed chain is locked at its start state, mobility 0: nothing could fold; or, in an
 origami run, a crease folded past 180 degrees or two panels passed through each other:
 :mod:`diffmb.origami.contact`, the JSON's ``contact``; the JSON's
 ``warnings`` say where and by how much, and they are printed), ``event`` (a termination event stopped it) or
@@ -379,6 +380,11 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
                             stabilization=cfg.stabilization, solver=cfg.solver,
                             system=getattr(cfg, "system", None), params=getattr(cfg, "params", None))
     v = summ.get("violation")
+    mobility = mobility_of(getattr(cfg, "system", None))
+    if mobility is not None and mobility["locked"]:   # nothing can fold: not the run that was asked for
+        warnings = [*warnings, {"kind": "locked", "t": 0.0, "message": (
+            f"{mobility['text']}: the panels cannot fold relative to each other, so the run shows the "
+            "sheet moving as one rigid body only")}]
     out = {
         "scenario": cfg.name,
         "t1": cfg.t1,
@@ -395,7 +401,7 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
                       {"position_max": v.get("position_max"), "velocity_max": v.get("velocity_max")}),
         "final": traj.final,
         "contact": contact_summary(getattr(cfg, "system", None), getattr(cfg, "params", None), traj),
-        "mobility": mobility_of(getattr(cfg, "system", None)),
+        "mobility": mobility,
         "notes": [text for _, text in getattr(cfg, "notes", ())],
         "status": json_status(traj, warnings),
         "warnings": warnings,

@@ -91,11 +91,16 @@ def landings(residual, jacobian, step_q, q0: np.ndarray, cols, qcols, *, seed: i
         dv = np.zeros(nv)
         dv[cols] = step * u / np.linalg.norm(u)
         q = np.asarray(step_q(q0, dv))
+        best, since = np.inf, 0
         for _ in range(100):
             off = (q - q0)[qcols]
             r = np.append(np.asarray(residual(q)), (off @ off - step * step) / step)
-            if np.abs(r).max(initial=0.0) < tol:
+            size = np.abs(r).max(initial=0.0)
+            if size < tol:
                 out.append(q)
+                break
+            best, since = (size, 0) if size < 0.5 * best else (best, since + 1)
+            if since >= 10:      # stalled with the closures open: no closed state on the sphere
                 break
             J = np.vstack([np.asarray(jacobian(q))[:, cols], 2 * off / step])
             d = np.zeros(nv)
@@ -104,17 +109,19 @@ def landings(residual, jacobian, step_q, q0: np.ndarray, cols, qcols, *, seed: i
     return out
 
 
-def probe(residual, jacobian, step_q, q0: np.ndarray, cols, qcols, **kw) -> Mobility:
-    """The :class:`Mobility` at ``q0`` (arguments: :func:`landings`)."""
+def probe(residual, jacobian, step_q, q0: np.ndarray, cols, qcols, *, rank_tol: float = 1e-9, **kw) -> Mobility:
+    """The :class:`Mobility` at ``q0`` (arguments: :func:`landings`; ``rank_tol``: of
+    :func:`rank`)."""
     cols = np.asarray(cols, int)
     G0 = np.asarray(jacobian(np.asarray(q0, float)))[:, cols]
     n = len(cols)
-    best, generic = 0, rank(G0)
+    best, generic = 0, rank(G0, rank_tol)
     for q in landings(residual, jacobian, step_q, q0, cols, qcols, **kw):
-        k = rank(np.asarray(jacobian(q))[:, cols])
+        k = rank(np.asarray(jacobian(q))[:, cols], rank_tol)
         if n - k > best:
             best, generic = n - k, k
-    return Mobility(dof=int(best), infinitesimal=int(n - rank(G0)), rank=int(generic), rows=int(G0.shape[0]), n=int(n))
+    return Mobility(dof=int(best), infinitesimal=int(n - rank(G0, rank_tol)), rank=int(generic),
+                    rows=int(G0.shape[0]), n=int(n))
 
 
 def null_space(G: np.ndarray, dof: int) -> np.ndarray:

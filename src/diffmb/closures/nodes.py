@@ -39,6 +39,7 @@ import functools
 from dataclasses import dataclass
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -490,7 +491,21 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
 
 def start_mobility(model: Model, nodes, q0, *, seed: int = 0):
     """The :class:`~diffmb.closures.mobility.Mobility` of the chain at ``q0`` (a floating
-    root's six rates not counted)."""
+    root's six rates not counted). A float32 build (``DIFFMB_FLOAT32``) is probed in
+    float64 with tolerances of float32's precision: its geometry is rounded to float32, which
+    makes a rigidly foldable pattern (a Miura-ori) over-constrained by that much."""
+    eps = float(jnp.finfo(jnp.asarray(q0).dtype).eps)
+    if eps > 1e-10:
+        # the geometry itself is rounded to float32: closed and ranked to that precision, a
+        # step long enough for the branch's own singular values to stand above it
+        with jax.enable_x64(True):
+            up = lambda x: jnp.asarray(x, jnp.float64) if eqx.is_inexact_array(x) else x
+            return _probe(jax.tree.map(up, model), jax.tree.map(up, nodes), np.asarray(q0, np.float64), seed,
+                          tol=100 * eps, rank_tol=1e4 * eps, step=0.1)
+    return _probe(model, nodes, q0, seed)
+
+
+def _probe(model, nodes, q0, seed, **kw):
     rows = row_index(nodes.closures)
     key = tuple(int(r) for r in rows)
     free = {i for b in model.free_roots for i in range(*model.body_slices[b])}
@@ -498,7 +513,7 @@ def start_mobility(model: Model, nodes, q0, *, seed: int = 0):
     return mobility.probe(lambda q: np.asarray(_residual_at(model, nodes, jnp.asarray(q))).reshape(-1)[rows],
                           lambda q: np.asarray(_jacobian_at(model, nodes, key, jnp.asarray(q))),
                           lambda q, dv: np.asarray(q) + np.asarray(_rates_at(model, jnp.asarray(q), jnp.asarray(dv))),
-                          np.asarray(q0, float), cols, cols, seed=seed)
+                          np.asarray(q0, float), cols, cols, seed=seed, **kw)
 
 
 def loop_closures(model: Model, pairs) -> LoopClosures:

@@ -164,7 +164,7 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction, f
     geo = _geometry(frames, cp)
     notes = list(geo.notes)
     edges, assign, angles, edge_index = _read_edges(geo.frame, geo.faces, len(geo.V))
-    border = _face_borders(geo.faces, edge_index, assign)
+    border = _face_borders(geo.faces, edge_index, assign, notes)
     if geo.folded is not None:   # a folded form: its angles, the assignment giving flat folds their sign
         if _against(geo.V, geo.folded, geo.faces, edges, border, assign):
             geo.V[:, 1] *= -1.0
@@ -180,10 +180,9 @@ def _load(data, *, density, root, hub_mass, stiffness, damping, fold_fraction, f
                      f"frame=K (CLI: --frame K)")
     if fold_fraction is not None:
         angles = [math.pi * fold_fraction * {"M": -1.0, "V": 1.0}.get(a, 0.0) for a in assign]
-    groups, panel_of = _weld_flat_edges(geo.faces, border, assign)
+    groups, panel_of, by_pair = _settle_panels(geo.faces, border, assign, geo.V, edges, notes)
     panels, areas = _panels(groups, geo.faces, geo.V, density)
     root_name = _root(root, panels, areas, panel_of, len(geo.faces), hub_mass)
-    by_pair = _hinge_pairs(assign, border, panel_of)
     _thicken(panels, groups, geo.frame, len(geo.faces))
     own = {key: _per_edge(geo.frame, f"diffmb:edges_{key}", len(edges), default)
            for key, default in (("stiffness", stiffness), ("damping", damping))}
@@ -449,7 +448,12 @@ def _fold_angle(ang, i, a) -> float:
     return math.radians(ang)
 
 
-def _face_borders(faces, edge_index, assign):
+def _some(items, n: int = 6) -> str:
+    items = list(items)
+    return ", ".join(f"e{i}" for i in items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def _face_borders(faces, edge_index, assign, notes):
     """``{edge: [faces it borders]}``; every face side is an edge, a boundary edge borders
     one face and every other edge two."""
     border = defaultdict(list)
@@ -460,18 +464,27 @@ def _face_borders(faces, edge_index, assign):
                 raise ValueError(f"faces_vertices[{fi}]: side {f[k]}-{f[(k + 1) % len(f)]} "
                                  "is not in edges_vertices")
             border[edge_index[key]].append(fi)
+    cuts, dangling = [], []
     for i, a in enumerate(assign):
         fs = border[i]
         n, slit = len(fs), len(fs) == 2 and fs[0] == fs[1]
-        if a == "B" and not (n == 1 or slit):
-            raise ValueError(f"edges_vertices[{i}]: boundary edge (B) borders {n} faces, expected 1")
-        if a == "C" and n not in (1, 2):
+        if a == "B" and n == 2 and not slit:   # a border drawn inside the sheet: a cut
+            assign[i] = "C"
+            cuts.append(i)
+        elif a == "C" and n not in (1, 2):
             raise ValueError(f"edges_vertices[{i}]: cut edge (C) borders {n} faces, expected 1 or 2")
-        if a not in "BC" and slit:
-            raise ValueError(f"edges_vertices[{i}]: {a} edge along a slit of faces_vertices[{fs[0]}] (both its "
-                             "sides are that face); a slit is B or C")
-        if a not in "BC" and n != 2:
+        elif a not in "BC" and slit:           # a crease that ends inside a face cannot fold
+            assign[i] = "F"
+            dangling.append(i)
+        elif a == "B" and n != 1 and not slit:
+            raise ValueError(f"edges_vertices[{i}]: boundary edge (B) borders {n} faces, expected 1")
+        elif a not in "BC" and n != 2:
             raise ValueError(f"edges_vertices[{i}]: {a} crease borders {n} faces, expected exactly 2")
+    if cuts:
+        notes.append(f"boundary edges inside the sheet ({_some(cuts)}) separate two faces: read as cuts (C)")
+    if dangling:
+        notes.append(f"creases {_some(dangling)} end inside a face (both their sides are one face): a rigid panel "
+                     "cannot fold along them; left out")
     return border
 
 
@@ -539,18 +552,50 @@ def _root(root, panels, areas, panel_of, n_faces, hub_mass) -> str:
 
 
 def _hinge_pairs(assign, border, panel_of):
-    """``{frozenset of two panels: [crease edges between them]}``: collinear segments
-    between the same two panels become one hinge."""
-    by_pair = defaultdict(list)
+    """``({frozenset of two panels: [crease edges between them]}, inside)``: collinear
+    segments between the same two panels become one hinge; ``inside``: the creases whose
+    two faces are welded into one panel (they cannot fold)."""
+    by_pair, inside = defaultdict(list), []
     for i, a in enumerate(assign):
         if a in "MVU":
             fa, fb = border[i]
             pa, pb = panel_of[fa], panel_of[fb]
             if pa == pb:
-                raise ValueError(f"edges_vertices[{i}]: {a} crease inside one panel "
-                                 "(its faces are welded by F edges)")
+                inside.append(i)
+                continue
             by_pair[frozenset((pa, pb))].append(i)
-    return by_pair
+    return by_pair, inside
+
+
+def _collinear(idx, V, edges) -> bool:
+    """Whether the edges ``idx`` lie on one line (one hinge axis)."""
+    i0 = idx[0]
+    pts = np.array([V[v] for i in idx for v in edges[i]])
+    d = V[edges[i0][1]] - V[edges[i0][0]]
+    d = d / np.linalg.norm(d)
+    off = pts - V[edges[i0][0]]
+    return bool(np.abs(off[:, 0] * d[1] - off[:, 1] * d[0]).max() <= 1e-9 * max(1.0, np.abs(off).max()))
+
+
+def _settle_panels(faces, border, assign, V, edges, notes):
+    """``(groups, panel_of, by_pair)`` once every crease that cannot fold is left out:
+    creases inside one welded panel, and creases between two panels that share another,
+    non-collinear crease (two hinge axes hold the panels together: they are one rigid
+    body, welded). Welding only merges, so this ends."""
+    while True:
+        groups, panel_of = _weld_flat_edges(faces, border, assign)
+        by_pair, inside = _hinge_pairs(assign, border, panel_of)
+        bent = [(pair, idx) for pair, idx in by_pair.items() if not _collinear(idx, V, edges)]
+        if inside:
+            notes.append(f"creases {_some(inside)} join faces welded into one panel by F/J edges: they cannot "
+                         "fold; left out")
+        for pair, idx in bent:
+            notes.append(f"panels {sorted(pair)} share creases {_some(idx)} that are not on one line: two hinge "
+                         "axes lock them together; welded into one panel")
+        if not inside and not bent:
+            return groups, panel_of, by_pair
+        for i in inside + [i for _, idx in bent for i in idx]:
+            assign[i] = "J"
 
 
 def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own, assign) -> Crease:
@@ -562,9 +607,6 @@ def _crease(pair, idx, V, faces, edges, angles, border, panel_of, panels, own, a
     d = V[edges[i0][1]] - V[edges[i0][0]]
     d = d / np.linalg.norm(d)
     off = pts - V[edges[i0][0]]
-    if np.abs(off[:, 0] * d[1] - off[:, 1] * d[0]).max() > 1e-9 * max(1.0, np.abs(off).max()):
-        raise ValueError(f"edges_vertices[{i0}]: panels {sorted(pair)} share creases {idx} "
-                         "that are not collinear (no single hinge axis)")
     if any(abs(angles[i] - angles[i0]) > 1e-12 for i in idx):
         raise ValueError(f"edges_foldAngle[{i0}]: collinear creases {idx} between the same "
                          "panels have different fold angles")
