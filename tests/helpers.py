@@ -39,6 +39,13 @@ def random_inertia(rng: np.random.Generator, scale: float = 0.1) -> np.ndarray:
     return 0.5 * (I + I.T)
 
 
+def axis_rotation(axis, t) -> np.ndarray:
+    """Rodrigues' rotation by ``t`` about ``axis`` (numpy, independent of diffmb)."""
+    a = np.asarray(axis, float) / np.linalg.norm(axis)
+    K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+    return np.eye(3) + np.sin(t) * K + (1 - np.cos(t)) * K @ K
+
+
 def random_unit(rng: np.random.Generator) -> np.ndarray:
     v = rng.normal(size=3)
     return v / np.linalg.norm(v)

@@ -25,6 +25,7 @@ from diffmb.formats.fold import load_fold
 from diffmb.origami import build
 from diffmb.origami.polygon import polygon_area
 from diffmb.origami.start_state import LockedPattern, PatternNote
+from helpers import axis_rotation
 
 ALPHA, BETA = math.radians(70), math.radians(50)
 PHIS = (0.0, ALPHA, ALPHA + BETA, math.pi + BETA)   # crease directions from the vertex
@@ -59,12 +60,6 @@ def vertex_fold(phis=PHIS, assign=("V", "M", "V", "V"), faces=False) -> dict:
     return d
 
 
-def rotation(axis, t):
-    a = np.asarray(axis, float) / np.linalg.norm(axis)
-    K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
-    return np.eye(3) + math.sin(t) * K + (1 - math.cos(t)) * K @ K
-
-
 def closed_form(rho1, alpha=ALPHA, beta=BETA):
     k = -math.cos((alpha + beta) / 2) / math.cos((alpha - beta) / 2)
     rho2 = 2 * math.atan(k * math.tan(rho1 / 2))
@@ -76,7 +71,7 @@ def test_the_closed_form_closes_the_vertex_loop():
     for rho1 in (0.1, 0.9, 2.5):
         M = np.eye(3)
         for phi, rho in zip(PHIS, closed_form(rho1)):
-            M = M @ rotation((math.cos(phi), math.sin(phi), 0.0), rho)
+            M = M @ axis_rotation((math.cos(phi), math.sin(phi), 0.0), rho)
         assert np.abs(M - np.eye(3)).max() < 1e-14
 
 
@@ -93,7 +88,7 @@ def folded_vertex(rho1) -> dict:
         s = max(k for k in range(4) if a >= PHIS[k] - 1e-12)
         R = np.eye(3)
         for k in range(s + 1 if s < 3 else 0):
-            R = R @ rotation((math.cos(PHIS[k]), math.sin(PHIS[k]), 0.0), rho[k])
+            R = R @ axis_rotation((math.cos(PHIS[k]), math.sin(PHIS[k]), 0.0), rho[k])
         out[vi] = R @ V[vi]
     return {**d, "vertices_coords": out.tolist(), "frame_classes": ["foldedForm"]}
 
@@ -124,7 +119,7 @@ def _quiet(fn, *a, **kw):
 def test_a_sheet_in_another_plane_is_fitted_and_said():
     d = vertex_fold(faces=True)
     xy = load_fold(d)
-    R = rotation((1.0, 0.3, -0.2), 1.1)
+    R = axis_rotation((1.0, 0.3, -0.2), 1.1)
     d3 = {**d, "vertices_coords": [list(R @ (v + [0.0]) + [5.0, -2.0, 1.0]) for v in d["vertices_coords"]]}
     (pattern, notes, _) = _quiet(load_fold, d3)
     assert any("rotated into z = 0" in n for n in pattern.notes)

@@ -23,6 +23,7 @@ from diffmb.origami import build
 from diffmb.origami.start_state import LockedPattern, PatternNote
 from diffmb.origami.thick import bennett_t2, degree4_vertex
 from diffmb.tree.api import forward_kinematics
+from helpers import axis_rotation
 
 ALPHA, BETA, T1 = math.radians(70), math.radians(50), 0.05
 PHIS = (0.0, ALPHA, ALPHA + BETA, math.pi + BETA)
@@ -34,17 +35,11 @@ def branch(rho2, alpha=ALPHA, beta=BETA):
     return np.array([rho1, rho2, -rho1, rho2])
 
 
-def rotation(axis, t):
-    a = np.asarray(axis, float) / np.linalg.norm(axis)
-    K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
-    return np.eye(3) + math.sin(t) * K + (1 - math.cos(t)) * K @ K
-
-
 def test_the_branch_closes_the_thin_vertex_loop():
     for rho2 in (0.1, 1.4, 3.0):
         M = np.eye(3)
         for phi, rho in zip(PHIS, branch(rho2)):
-            M = M @ rotation((math.cos(phi), math.sin(phi), 0.0), rho)
+            M = M @ axis_rotation((math.cos(phi), math.sin(phi), 0.0), rho)
         assert np.abs(M - np.eye(3)).max() < 1e-14
 
 

@@ -75,7 +75,6 @@ def close(model, closures, q0, *, size: float, tol: float | None, hold: list, jo
     exact = max(1e-12 * size, 100 * np.finfo(float).eps * size)
     hinge_cols = list(hinge_cols)
     joints, labels = list(joints), list(labels)
-    names = labels
     if drive is None:
         if r0 <= exact:
             return q0, []
@@ -85,13 +84,13 @@ def close(model, closures, q0, *, size: float, tol: float | None, hold: list, jo
             q = None
         if q is not None and r0 <= tol * size:
             return q, [f"the start state missed closing by {r0:.3g} m (closure {where!r}); moved onto the "
-                       f"closure manifold: {_changes(q0[hinge_cols], q[hinge_cols], names) or 'no angle changed'}"]
+                       f"closure manifold: {_changes(q0[hinge_cols], q[hinge_cols], labels) or 'no angle changed'}"]
         if r0 <= tol * size:
             return q0, [f"the start state misses closing by {r0:.3g} m (closure {where!r}), within the closure "
                         f"tolerance {tol * size:.3g} m, and the closure solve finds no exact state near it (a "
                         "singular or isolated state); the run starts from it as given"]
         nearest = ("no rigid state was found near it" if q is None else
-                   "the nearest rigid state: " + (_changes(q0[hinge_cols], q[hinge_cols], names) or "the same angles"))
+                   "the nearest rigid state: " + (_changes(q0[hinge_cols], q[hinge_cols], labels) or "the same angles"))
         raise ValueError(f"these fold angles are not a rigid folded state: closure {where!r} is open by {r0:.3g} m, "
                          f"more than the closure tolerance {tol:g} x size {size:.4g} m = {tol * size:.3g} m; "
                          f"{nearest}. Start from it with a larger closure_tol, or fold by driving creases "
@@ -104,7 +103,7 @@ def close(model, closures, q0, *, size: float, tol: float | None, hold: list, jo
                          f"({', '.join(drivers)}): {str(e).removeprefix('assemble: ')}") from None
     shown = [labels[joints.index(d)] for d in drivers]
     return q, [f"folded by the driving creases {', '.join(shown)}; the others closed by the loop-closure solve: "
-               + (_changes(q0[hinge_cols], q[hinge_cols], names) or "no angle changed")]
+               + (_changes(q0[hinge_cols], q[hinge_cols], labels) or "no angle changed")]
 
 
 def auto_drivers(model, closures, q0, hinge_cols) -> list:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..formats.fold import to_fold
+from ..formats.fold_develop import fold_angle
 from .frames import body_poses, hinge_series, rotate, world_points
 from .origami import panel_origins, pattern_of
 from .scene import FPS, MAX_FRAMES, frame_indices
@@ -35,7 +36,7 @@ def dihedral(pose_a, pose_b, p1, p2, centroid_a) -> np.ndarray:
     e_flat = np.asarray(p2, float) - np.asarray(p1, float)
     side = np.sign(np.cross(np.asarray(centroid_a, float) - np.asarray(p1, float), e_flat)[2])
     e = rotate(pose_a[:, 3:], e_flat / np.linalg.norm(e_flat))
-    return np.arctan2(side * np.einsum("fi,fi->f", np.cross(na, nb), e), np.einsum("fi,fi->f", na, nb))
+    return fold_angle(na, nb, e, side)
 
 
 def _rounded_xy(p) -> tuple:
