@@ -108,6 +108,7 @@ def test_a_panel_dropped_on_a_fixed_one_rebounds_to_its_height():
     assert tr.status == "success" and np.nanmax(z[after]) == pytest.approx(h, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_damped_panel_comes_to_rest_where_the_barrier_holds_its_weight():
     """The contact damping (zero at the barrier's reach, rising towards contact) takes the
     bounces out; the panel rests where four vertex-face barriers hold its weight."""
@@ -155,6 +156,7 @@ def test_a_hinged_panel_slapped_into_its_crease_limit_rebounds():
     assert np.pi < np.max(theta) < np.pi + psi / 2 + 1e-12   # into the reach, never past half of it
 
 
+@pytest.mark.slow
 def test_the_4x4_map_fold_is_suspect_without_contact_and_clean_with_it():
     """Without contact the 4x4 fold's stacked layers pass through each other (creases to
     181 deg within 10 s); the detector names them. A short run shows it."""
@@ -172,6 +174,7 @@ def test_the_4x4_map_fold_is_suspect_without_contact_and_clean_with_it():
     assert np.max(crossing) > float(params["elements"][0]["overlap_tolerance"])
 
 
+@pytest.mark.slow
 def test_contact_off_is_the_papers_model_bit_for_bit():
     """``contact=0``: the detector reports, the equations are the paper's exactly."""
     from diffmb.scenarios.origami import PATTERNS, _gains
@@ -221,6 +224,7 @@ def test_gradients_through_a_contact_event_match_finite_differences():
     np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_a_batched_gradient_across_the_onset_of_contact_is_finite_and_continuous():
     """1,000 swings, from ones that stop short of the crease limit to ones that strike it:
     no NaN or inf in the gradient, and the final angle continuous in the initial rate."""
@@ -365,3 +369,27 @@ def test_a_sweep_with_contact_reports_every_members_contact(tmp_path):
         assert m["contact_overflow"] == 0 and m["contact_events"] >= 1 and "min_contact_gap" in m
     past = [m["max_crease_angle"] - np.pi for m in members]
     assert 0 < past[2] < past[1] < past[0] < float(ContactOptions().psi_hat)
+
+
+def test_the_viewers_gap_and_force_per_panel_are_the_barriers(elastic):
+    """What the viewer colours panels by (``viewer.origami.contact_fields``): each panel's
+    gap is the two squares' separation, and the force on each is the four vertex-face
+    primitives' barrier force ``4 kappa |b'(d)|``, zero beyond the reach."""
+    from diffmb.viewer.origami import contact_fields
+
+    system, element, params, tr = elastic
+    p = params["elements"][0]
+    f = contact_fields(system, params, np.asarray(tr.xs))
+    q = np.asarray(jax.vmap(lambda x: system.split(x)[0])(tr.xs))
+    m = system.model
+    sep = q[:, m.body_slices[m.body_index("small")][0] + 5] - q[:, m.body_slices[m.body_index("big")][0] + 5]
+    np.testing.assert_allclose(f["gap"]["small"], sep, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(f["gap"]["big"], sep, rtol=0, atol=1e-12)
+    kappa = float(panel_stiffness(p, p["energy"]))
+    dhat = float(p["dhat"])
+    slope = np.asarray(jax.vmap(jax.grad(lambda d: br.barrier(d, dhat)))(jnp.asarray(sep)))
+    expected = 4 * kappa * np.abs(slope)
+    assert np.max(expected) > 0.05                       # the run does reach the barrier
+    np.testing.assert_allclose(f["force"]["small"], expected, rtol=1e-9, atol=1e-12 * np.max(expected))
+    np.testing.assert_array_equal(f["force"]["big"], f["force"]["small"])
+    assert np.all(f["force"]["small"][sep > dhat] == 0.0)

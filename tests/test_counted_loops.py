@@ -44,6 +44,7 @@ def test_the_counted_loop_steps_as_diffrax_does(name, stab, dt):
     assert int(b.n_steps) == int(a.n_steps) == 40
 
 
+@pytest.mark.slow
 def test_gradients_through_the_counted_loop():
     """Reverse mode (rematerialised steps) equals diffrax's checkpointed adjoint and forward
     mode (initial state), and central differences (hinge stiffness). (Central differences in
@@ -140,7 +141,7 @@ ENTRY %main (a: f64[4]) -> (s32[], f64[4]) {
     assert census(hlo).top.launches() == 7 * 2
 
 
-@pytest.mark.parametrize("n", [1, 9, 12, 13, 41])
+@pytest.mark.parametrize("n", [1, 9, 12, 13, pytest.param(41, marks=pytest.mark.slow)])
 def test_the_device_forms_cholesky_needs_no_library(n):
     rng = np.random.default_rng(n)
     X = rng.normal(size=(n, n))

@@ -107,6 +107,39 @@ def test_origami_quantities(fold, runs):
     assert gap.max() < 1e-9
 
 
+def _flat_gap(a: np.ndarray, b: np.ndarray) -> float:
+    """Distance between two convex polygons apart in one plane: the nearest vertex-edge pair."""
+    def to_edges(p, poly):
+        e = [(poly[k], poly[(k + 1) % len(poly)]) for k in range(len(poly))]
+        return min(np.linalg.norm(p - (u + np.clip(np.dot(p - u, v - u) / np.dot(v - u, v - u), 0, 1) * (v - u)))
+                   for u, v in e)
+    return min(min(to_edges(p, b) for p in a), min(to_edges(p, a) for p in b))
+
+
+def test_panels_are_coloured_by_their_gap_to_the_nearest_panel(tmp_path):
+    """fold-2x4 driven from stowed to flat: at flat each panel's gap is its in-plane
+    distance to the nearest panel it shares no vertex with, from the crease pattern."""
+    from diffmb.viewer.origami import pattern_of
+
+    run = saved.load(fold_run(tmp_path / "fold-2x4.npz", name="fold-2x4", n=11))
+    sc = scene_of(run)
+    q = {x.name: x for x in sc.quantities}
+    assert "contact force" not in q                      # contact off: no barrier to report
+    gap = q["gap to the nearest panel"].values[-1]
+    flat = {p.name: np.asarray(p.vertices, float)[:, :2] for p in pattern_of(run).panels}
+    checked = 0
+    for name, v in flat.items():
+        others = [w for m, w in flat.items() if m != name
+                  and min(np.linalg.norm(v[:, None] - w[None], axis=-1).ravel()) > 1e-9]
+        i = sc.body_names.index(name)
+        if not others:
+            assert np.isnan(gap[i])
+            continue
+        assert gap[i] == pytest.approx(min(_flat_gap(v, w) for w in others), abs=1e-9)
+        checked += 1
+    assert checked >= 4
+
+
 def test_tree_scene_places_the_urdf_visuals(runs):
     sc = scene_of(saved.load(runs["arm"]))
     assert sc.body_names == ["upper", "fore", "world (fixed)"] and sc.kind == "bodies"

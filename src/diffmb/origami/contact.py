@@ -441,6 +441,45 @@ class PanelContact(ForceElement):
                 out["contact_overflow"] = jnp.asarray(overflow, ws.pos.dtype)
         return out
 
+    def panel_fields(self, model, ws, z, p):
+        """Per panel, for the viewer's colours: ``gap``, the signed distance to the
+        nearest panel it shares no vertex with, less the thickness (negative: the depth
+        to which the two pass through each other; inf: no such panel), and with contact
+        on ``force``, the Tier B barrier force on it (the sum over its candidate pairs'
+        primitives of ``kappa w |b'(d)|``, N). Beyond the detector's capacity the pairs
+        not tested exactly take their lower bound, so a gap is never overstated."""
+        dtype = ws.pos.dtype
+        n = len(self.panel_names)
+        out = {"gap": jnp.full(n, jnp.inf, dtype)}
+        if self.forces:
+            out["force"] = jnp.zeros(n, dtype)
+        if not self.pairs:
+            return out
+        P = self.vertices(ws, p)
+        m = self._mask()
+        I, J = self._pair_index()
+        bound = self._pair_bounds(P, p)
+        pick = jnp.arange(len(self.pairs))
+        if len(self.pairs) > DETECT_CAPACITY:
+            pick = jax.lax.top_k(-bound, DETECT_CAPACITY)[1]
+        i, j = I[pick], J[pick]
+        c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(dtype)[:, None]
+        Ps = c[:, None, :] + (1.0 - p["shrink"]) * (P - c[:, None, :])
+        depth = jax.vmap(geo.overlap_depth)(Ps[i], m[i], Ps[j], m[j])
+        # apart, two convex polygons are nearest at a vertex-face or an edge-edge pair;
+        # an edge through the other's face is what the overlap depth measures
+        d = jnp.min(jax.vmap(self._pair_distances)(P[i], m[i], P[j], m[j])[0], -1)
+        exact = jnp.where(depth > 0.0, -depth, d) - p["thickness"]
+        gap = (bound - p["thickness"]).at[pick].set(exact)
+        out["gap"] = out["gap"].at[I].min(gap).at[J].min(gap)
+        if self.forces:
+            _, _, _, (a, w, g) = self._panel_terms(P, z, p, jax.lax.stop_gradient(bound))
+            slope = jax.grad(lambda x: jnp.sum(br.barrier(x, p["dhat"])))(g)
+            f = panel_stiffness(p, self._budget(z)) * jnp.sum(a * w * jnp.abs(slope), -1)
+            idx = self._candidates(bound, self._armed(z, dtype))
+            out["force"] = out["force"].at[I[idx]].add(f).at[J[idx]].add(f)
+        return out
+
     # ------------------------------------------------------------------ after a run
     def unwrapped(self, theta, valid):
         """Crease angles over the save points, unwrapped in time and put on the branch of

@@ -8,19 +8,25 @@ crease ``p1 -> p2`` of the flat layout sits at ``p - origin(panel)`` in a panel'
 Quantities: per panel, the angle, rate and stored energy of the hinge that joins it to
 its parent (linear spring ``K (theta - rest)^2 / 2`` plus tape springs and stops where the
 run has them); per cut crease the closure gap, the largest distance between the crease's
-end points as carried by its two panels (the panels touching a cut crease take its gap).
+end points as carried by its two panels (the panels touching a cut crease take its gap);
+per panel the gap to the nearest panel it shares no vertex with (negative: how deep they
+pass through each other) and, with contact on, the barrier's contact force on it
+(:meth:`~diffmb.origami.contact.PanelContact.panel_fields`).
 """
 
 from __future__ import annotations
 
 import warnings
 
+import jax
 import numpy as np
 
 from ..origami import build
+from ..origami.contact import PanelContact
 from ..origami.hinges import stop_energy, tape_spring_energy
 from ..origami.start_state import PatternNote
 from ..scenarios import origami as origami_scenarios
+from ..tree.kinematics import kinematics
 from .frames import body_poses, hinge_series, world_points
 from .scene import Quantity, Scene, frame_indices
 
@@ -129,12 +135,45 @@ def scene(run, fps: float, max_frames: int) -> Scene | None:
         Quantity("closure violation (cut-crease gap)", "m", "bodies", touch),
         Quantity("hinge energy", "J", "bodies", per_body(energy)),
     ]
+    fields = contact_fields(run.system, run.params, xs)
+    if "gap" in fields and any(np.isfinite(v).any() for v in fields["gap"].values()):
+        quantities.append(Quantity("gap to the nearest panel", "m", "bodies", _on_bodies(fields["gap"], names)))
+    if "force" in fields:
+        quantities.append(Quantity("contact force", "N", "bodies", _on_bodies(fields["force"], names)))
     return Scene(
         title=run.name, times=ts.astype(np.float32), body_names=names, poses=poses.astype(np.float32),
         geometry=geometry, links=links, quantities=quantities, hub=hub, kind="origami",
         info={"panels": len(outlines), "creases": len(creases), "cut creases": len(cut),
               "hub": pattern.root, "mobility": _mobility(run.system, len(creases) - len(cut))},
     )
+
+
+def contact_fields(system, params, xs: np.ndarray) -> dict:
+    """``{field: {panel: (F,) series}}`` of the run's contact element at the states ``xs``
+    (:meth:`~diffmb.origami.contact.PanelContact.panel_fields`; an infinite gap, a
+    panel with no panel to meet, is NaN); ``{}`` when the system has no such element."""
+    k = next((i for i, e in enumerate(getattr(system, "elements", ())) if isinstance(e, PanelContact)), None)
+    if k is None:
+        return {}
+    e, p, model = system.elements[k], params["elements"][k], params["model"]
+
+    def one(x):
+        q, qd = system.split(x)
+        return e.panel_fields(model, kinematics(model, q, qd), system.element_states(x)[k], p)
+
+    out = jax.jit(jax.vmap(one))(np.asarray(xs))
+    return {f: {name: np.where(np.isfinite(v := np.asarray(out[f][:, i], float)), v, np.nan)
+                for i, name in enumerate(e.panel_names)} for f in out}
+
+
+def _on_bodies(series: dict, names: list) -> np.ndarray:
+    """Per-panel series as an ``(F, bodies)`` table (NaN for a body with no panel)."""
+    n_f = len(next(iter(series.values())))
+    out = np.full((n_f, len(names)), np.nan)
+    for i, n in enumerate(names):
+        if n in series:
+            out[:, i] = series[n]
+    return out
 
 
 def _mobility(system, tree_hinges: int) -> str:
