@@ -7,7 +7,9 @@
 #   1. the compiled program's counts (experiments/bench_census.py) on this device;
 #   2. fold-4panel, 1 s at 1 ms: 8k / 32k / 64k members, float64 and float32, and MJX;
 #   3. 6x6 map fold, 0.2 s: 1k / 4k / 16k members, float64 and float32, and MJX;
-#   4. 5x5 Miura-ori, 0.2 s: 1k / 4k members, float64 and MJX.
+#   4. 5x5 Miura-ori, 0.2 s: 1k / 4k members, float64 and MJX;
+#   5. what contact costs a sweep: the 4x4 map fold, 0.2 s, 1k / 4k members, contact 0 and 1
+#      (experiments/bench_contact_sweep.py).
 #
 # Each row: member-s/s, step time, compile time, peak device memory, worst closure violation.
 # COMMAND_BUFFERS=1 lets XLA capture whole loops as CUDA graphs (+WHILE,+CONDITIONAL; CUDA
@@ -39,6 +41,7 @@ if [ "$SMOKE" = "1" ]; then
   "$PY" experiments/bench_census.py --cases fold4 --members 2 --steps 10 --out "$DIR/census.json" || exit 1
   bench --cases fold4 --batches 4 --horizon 0.02 --engines diffmb-f64 diffmb-f32 mjx --timeout 240 --out "$DIR/fold4.json" || exit 1
   bench --cases map2 --batches 2 --horizon 0.01 --engines diffmb-f64 mjx --timeout 240 --out "$DIR/map2.json" || exit 1
+  "$PY" experiments/bench_contact_sweep.py --smoke --out "$DIR/contact.json" || exit 1
   exit 0
 fi
 "$PY" experiments/bench_census.py --cases fold4 map6 miura5 --out "$DIR/census.json"
@@ -47,3 +50,4 @@ bench --cases fold4 --batches 8192 32768 --horizon 1 --engines mjx --timeout 60 
 bench --cases map6 --batches 1024 4096 16384 --horizon 0.2 --engines diffmb-f64 diffmb-f32 --timeout 120 --out "$DIR/map6.json"
 bench --cases map6 --batches 1024 4096 --horizon 0.2 --engines mjx --timeout 50 --out "$DIR/map6_mjx.json"
 bench --cases miura5 --batches 1024 4096 --horizon 0.2 --engines diffmb-f64 mjx --timeout 60 --out "$DIR/miura5.json"
+timeout 75 "$PY" experiments/bench_contact_sweep.py --cases map4 --batches 1024 4096 --horizon 0.2 --repeats 1 --out "$DIR/contact.json"

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..math import barrier as br, geometry as geo, spatial as sp
+from ..math.batch_cond import cond_any
 from ..tree import rnea
 from ..tree.force_element import ForceElement
 from .polygon import plate_inertia as _plate_inertia
@@ -342,21 +343,25 @@ class PanelContact(ForceElement):
             touching = jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
             active = active | touching
 
-        def panel_forces(_):
+        # Both branches take what they use as operands (cond_any: a sweep's members pay for
+        # the exact distances only while some member is within reach).
+        def panel_forces(o):
+            ws, z, p, bound, P = o
             f = -jax.grad(lambda P: self._panel_terms(P, z, p, bound)[0])(P)
             if self.damped:
                 V = self._vertex_velocities(ws, P)
                 f = f - jax.grad(lambda V: self._panel_dissipation(P, V, z, p))(V)
             return f
 
-        def through_the_tree(_):
+        def through_the_tree(o):
+            model, ws, z, p, g, bound, P, touching = o
             F = jnp.zeros((model.n_bodies, 6), ws.pos.dtype)
             if self.cut_creases:  # a couple about the crease: rotating b by +phi turns theta by +phi
                 u, _, _, ia, ib = self._cut_geometry(ws, p)
                 moment = g[nt:, None] * u
                 F = F.at[ib, :3].add(-moment).at[ia, :3].add(moment)
             if self.pairs:   # the exact distances only while an armed pair is within reach
-                f = jax.lax.cond(touching, panel_forces, lambda _: jnp.zeros_like(P), None)
+                f = cond_any(touching, panel_forces, lambda o: jnp.zeros_like(o[4]), (ws, z, p, bound, P))
                 b = np.asarray(self.panel_body)
                 moving = b >= 0   # a panel on the world takes its reaction there
                 F = (F.at[b[moving], :3].add(jnp.sum(jnp.cross(P, f), 1)[moving])
@@ -364,7 +369,8 @@ class PanelContact(ForceElement):
             return rnea.generalized_forces(model, ws, F)
 
         if self.cut_creases or self.pairs:
-            tau = tau + jax.lax.cond(active, through_the_tree, lambda _: jnp.zeros(model.nv, ws.pos.dtype), None)
+            tau = tau + cond_any(active, through_the_tree, lambda o: jnp.zeros(o[0].nv, o[1].pos.dtype),
+                                 (model, ws, z, p, g, bound, P, touching))
         out = [self._cut_rates(ws, p)] if self.cut_creases else []
         if self.pairs:
             out.append(self._arming_rates(bound, p))

@@ -1,0 +1,115 @@
+"""What contact costs a sweep: the same batched fold sweep with ``contact=0`` (the paper's
+model; the detector still runs at the save points) and ``contact=1`` (two-tier barriers),
+in one process, alternating, so that the machine's load is shared (issue 58's target: a
+sweep with contact keeps at least 50 % of the no-contact sweep's member-s/s).
+
+Each member draws the hinge stiffness ``K`` and damping ``c`` at random (seed 0, the same
+members for both), and runs ``--horizon`` seconds of fixed-step RK4 at ``--dt`` under
+Baumgarte (:func:`diffmb.design.batch.sweep`, chunked as a sweep chunks on this device).
+Reported per case, batch and contact setting: compile time (ahead of time, apart), the
+median wall time of ``--repeats`` runs, member-seconds simulated per wall second, the
+ratio with contact over without, the members' statuses, and whether every member
+reports its contact columns (``min_contact_gap``, ``contact_overflow``; with contact off,
+``panel_overlap``). Writes ``out/bench_contact_sweep.json`` and prints a table.
+
+    python experiments/bench_contact_sweep.py                      # fold4, map3, map4 x 16, 64
+    python experiments/bench_contact_sweep.py --cases map6 --batches 256 --horizon 1
+    python experiments/bench_contact_sweep.py --smoke              # seconds, for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+from machine import cpu_pressure
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = {"fold": "fold-4panel", "map": "map-fold", "miura": "miura"}
+RANGES = {"fold": {"K": (0.05, 0.2), "c": (0.0, 0.05)}, "map": {"K": (0.005, 0.02), "c": (0.0, 0.01)},
+          "miura": {"K": (0.005, 0.02), "c": (0.0, 0.01)}}
+#: what a member reports about its panels, with contact off and on
+COLUMNS = {0: ("panel_overlap", "crease_overfold"), 1: ("panel_overlap", "min_contact_gap", "contact_overflow")}
+
+
+def _case(name):
+    kind = next((k for k in SCENARIOS if name.startswith(k)), None)
+    if kind is None or not name[len(kind):].isdigit():
+        raise ValueError(f"case {name!r}: expected fold4, map<n> or miura<n>")
+    return kind, int(name[len(kind):])
+
+
+def run_case(name, batch, contact, horizon, dt, repeats):
+    import jax
+    import numpy as np
+
+    from diffmb import scenarios
+    from diffmb.design.batch import member_values, scenario_batch, sweep
+
+    kind, n = _case(name)
+    fixed = {"contact": float(contact)} | ({} if kind == "fold" else {"rows": float(n), "cols": float(n)})
+    members = member_values(RANGES[kind], fixed, batch, sample="random", seed=0)
+    system, params = scenario_batch(scenarios.get(SCENARIOS[kind]), members, "baumgarte")
+    walls, res, compile_s = [], None, None
+    for _ in range(max(1, repeats)):
+        res = sweep(system, params, t1=horizon, dt=dt, solver="rk4", saveat=11, members=members,
+                    max_violation=None)
+        compile_s = res.compile_s if compile_s is None else compile_s   # the first run compiles
+        walls.append(res.wall_s)
+    table = res.table
+    # a pattern whose panels all share a vertex (fold-4panel) has no pair to report
+    wanted = [c for c in COLUMNS[contact] if system.elements[0].pairs or c not in ("panel_overlap", "min_contact_gap")]
+    reported = all(c in table and len(np.asarray(table[c])) == batch for c in wanted)
+    wall = statistics.median(walls)
+    gap = np.asarray(table["min_contact_gap"], float) if "min_contact_gap" in table else None
+    return {"case": name, "batch": batch, "contact": contact, "panels": len(system.elements[0].panel_names),
+            "pairs": len(system.elements[0].pairs), "compile_s": compile_s, "wall_s": wall,
+            "throughput": batch * horizon / wall, "statuses": res.status_counts, "reports_contact": reported,
+            "min_gap_m": None if gap is None or not np.isfinite(gap).any() else float(np.nanmin(gap)),
+            "device": str(jax.devices()[0])}
+
+
+def print_table(rows):
+    print(f"{'case':8} {'batch':>6} {'contact':>7} {'compile s':>9} {'wall s':>8} {'member-s/s':>11} "
+          f"{'ratio':>6}  statuses")
+    base = {(r["case"], r["batch"]): r["throughput"] for r in rows if r["contact"] == 0}
+    for r in rows:
+        ratio = r["throughput"] / base[(r["case"], r["batch"])] if (r["case"], r["batch"]) in base else float("nan")
+        r["ratio"] = ratio
+        print(f"{r['case']:8} {r['batch']:6d} {r['contact']:7d} {r['compile_s']:9.2f} {r['wall_s']:8.3f} "
+              f"{r['throughput']:11.1f} {ratio:6.2f}  {r['statuses']}"
+              + ("" if r["reports_contact"] else "  (contact columns missing)"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", nargs="+", default=["fold4", "map3", "map4"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[16, 64])
+    ap.add_argument("--horizon", type=float, default=0.5)
+    ap.add_argument("--dt", type=float, default=1e-3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
+    ap.add_argument("--out", default=str(ROOT / "out" / "bench_contact_sweep.json"))
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.cases, a.batches, a.horizon, a.repeats = ["map3"], [4], 0.02, 1
+    rows, out = [], Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for name in a.cases:
+        for batch in a.batches:
+            for contact in (0, 1):
+                rows.append(run_case(name, batch, contact, a.horizon, a.dt, a.repeats))
+                # after every row, so that a run cut short keeps what it finished
+                out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+                                           "cpu_pressure": cpu_pressure(), "horizon": a.horizon, "dt": a.dt,
+                                           "repeats": a.repeats, "rows": rows}, indent=1))
+    print_table(rows)
+    print(f"wrote {out}  (cpu pressure: {cpu_pressure()})")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
