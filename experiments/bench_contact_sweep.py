@@ -9,8 +9,9 @@ Baumgarte (:func:`diffmb.design.batch.sweep`, chunked as a sweep chunks on this 
 Reported per case, batch and contact setting: compile time (ahead of time, apart), the
 median wall time of ``--repeats`` runs, member-seconds simulated per wall second, the
 ratio with contact over without, the members' statuses, and whether every member
-reports its contact columns (``min_contact_gap``, ``contact_overflow``; with contact off,
-``panel_overlap``). Writes ``out/bench_contact_sweep.json`` and prints a table.
+reports its contact columns (``min_crease_margin``, ``min_contact_gap``,
+``contact_overflow``; with contact off ``crease_overfold``, ``panel_overlap``; the pair
+columns only where some panels share no vertex). Writes ``out/bench_contact_sweep.json`` and prints a table.
 
     python experiments/bench_contact_sweep.py                      # fold4, map3, map4 x 16, 64
     python experiments/bench_contact_sweep.py --cases map6 --batches 256 --horizon 1
@@ -32,7 +33,8 @@ SCENARIOS = {"fold": "fold-4panel", "map": "map-fold", "miura": "miura"}
 RANGES = {"fold": {"K": (0.05, 0.2), "c": (0.0, 0.05)}, "map": {"K": (0.005, 0.02), "c": (0.0, 0.01)},
           "miura": {"K": (0.005, 0.02), "c": (0.0, 0.01)}}
 #: what a member reports about its panels, with contact off and on
-COLUMNS = {0: ("panel_overlap", "crease_overfold"), 1: ("panel_overlap", "min_contact_gap", "contact_overflow")}
+COLUMNS = {0: ("crease_overfold", "panel_overlap"), 1: ("min_crease_margin", "min_contact_gap", "contact_overflow")}
+PAIR_COLUMNS = ("panel_overlap", "min_contact_gap", "contact_overflow")
 
 
 def _case(name):
@@ -61,7 +63,7 @@ def run_case(name, batch, contact, horizon, dt, repeats):
         walls.append(res.wall_s)
     table = res.table
     # a pattern whose panels all share a vertex (fold-4panel) has no pair to report
-    wanted = [c for c in COLUMNS[contact] if system.elements[0].pairs or c not in ("panel_overlap", "min_contact_gap")]
+    wanted = [c for c in COLUMNS[contact] if system.elements[0].pairs or c not in PAIR_COLUMNS]
     reported = all(c in table and len(np.asarray(table[c])) == batch for c in wanted)
     wall = statistics.median(walls)
     gap = np.asarray(table["min_contact_gap"], float) if "min_contact_gap" in table else None
