@@ -16,6 +16,8 @@ columns only where some panels share no vertex). Writes ``out/bench_contact_swee
     python experiments/bench_contact_sweep.py                      # fold4, map3, map4 x 16, 64
     python experiments/bench_contact_sweep.py --cases map6 --batches 256 --horizon 1
     python experiments/bench_contact_sweep.py --smoke              # seconds, for CI
+
+The cases, their scenarios and the members' ranges are ``bench_batch.py``'s.
 """
 
 from __future__ import annotations
@@ -26,22 +28,13 @@ import platform
 import statistics
 from pathlib import Path
 
+from bench_batch import RANGES, SCENARIOS, _case
 from machine import cpu_pressure
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = {"fold": "fold-4panel", "map": "map-fold", "miura": "miura"}
-RANGES = {"fold": {"K": (0.05, 0.2), "c": (0.0, 0.05)}, "map": {"K": (0.005, 0.02), "c": (0.0, 0.01)},
-          "miura": {"K": (0.005, 0.02), "c": (0.0, 0.01)}}
 #: what a member reports about its panels, with contact off and on
 COLUMNS = {0: ("crease_overfold", "panel_overlap"), 1: ("min_crease_margin", "min_contact_gap", "contact_overflow")}
 PAIR_COLUMNS = ("panel_overlap", "min_contact_gap", "contact_overflow")
-
-
-def _case(name):
-    kind = next((k for k in SCENARIOS if name.startswith(k)), None)
-    if kind is None or not name[len(kind):].isdigit():
-        raise ValueError(f"case {name!r}: expected fold4, map<n> or miura<n>")
-    return kind, int(name[len(kind):])
 
 
 def run_case(name, batch, contact, horizon, dt, repeats):
