@@ -101,7 +101,7 @@ def test_plan_holds_every_entry_of_the_pattern(map6):
     _assert_holds_pattern(p, params["model"], params["closures"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~18 s (builds the large folds); test_plan_holds_every_entry_of_the_pattern covers the plan
 def test_large_folds_take_the_blocks_and_small_ones_stay_dense(map6):
     """The automatic choice: a 14 x 14 map fold (nv = 201) is factored in blocks (columns
     of panels, the trunk and the root as the border), a 6 x 6 one densely."""

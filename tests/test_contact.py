@@ -108,7 +108,7 @@ def test_a_panel_dropped_on_a_fixed_one_rebounds_to_its_height():
     assert tr.status == "success" and np.nanmax(z[after]) == pytest.approx(h, rel=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~10 s; the undamped drop test covers the same element
 def test_a_damped_panel_comes_to_rest_where_the_barrier_holds_its_weight():
     """The contact damping (zero at the barrier's reach, rising towards contact) takes the
     bounces out; the panel rests where four vertex-face barriers hold its weight."""
@@ -156,7 +156,7 @@ def test_a_hinged_panel_slapped_into_its_crease_limit_rebounds():
     assert np.pi < np.max(theta) < np.pi + psi / 2 + 1e-12   # into the reach, never past half of it
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~19 s; test_flat_crossings' fold-2x4 README run covers the detector
 def test_the_4x4_map_fold_is_suspect_without_contact_and_clean_with_it():
     """Without contact the 4x4 fold's stacked layers pass through each other (creases to
     181 deg within 10 s); the detector names them. A short run shows it."""
@@ -174,7 +174,7 @@ def test_the_4x4_map_fold_is_suspect_without_contact_and_clean_with_it():
     assert np.max(crossing) > float(params["elements"][0]["overlap_tolerance"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~12 s (two builds of fold-2x4's programs); the default job's detector tests run contact off
 def test_contact_off_is_the_papers_model_bit_for_bit():
     """``contact=0``: the detector reports, the equations are the paper's exactly."""
     from diffmb.scenarios.origami import PATTERNS, _gains
@@ -224,7 +224,7 @@ def test_gradients_through_a_contact_event_match_finite_differences():
     np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-14)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~18 s; test_gradients_through_a_contact_event_match_finite_differences covers the gradient
 def test_a_batched_gradient_across_the_onset_of_contact_is_finite_and_continuous():
     """1,000 swings, from ones that stop short of the crease limit to ones that strike it:
     no NaN or inf in the gradient, and the final angle continuous in the initial rate."""

@@ -45,7 +45,7 @@ def test_the_counted_loop_steps_as_diffrax_does(name, stab, dt):
     assert int(b.n_steps) == int(a.n_steps) == 40
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~35 s (reverse mode through both loops); the default job checks the counted loop's values on every formulation
 def test_gradients_through_the_counted_loop():
     """Reverse mode (rematerialised steps) equals diffrax's checkpointed adjoint and forward
     mode (initial state), and central differences (hinge stiffness). (Central differences in

@@ -69,7 +69,7 @@ def _check_float32(tmp_path, name, args=(), momentum=1e-5):
     assert r32["energy"]["final"] == pytest.approx(r64["energy"]["final"], rel=1e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~17 s; the default job's float32 tests cover the casts
 def test_fold_4panel_runs_in_float32_with_its_defaults(tmp_path):
     """The physics alone, in one process (the slow job compares with float64 too)."""
     r, tr = _run(tmp_path, "fold-4panel", (), True)
@@ -182,7 +182,7 @@ def test_a_float32_sweep_agrees_with_float64_member_by_member(tmp_path):
     assert conserved == 4
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~13 s (a 10x10 build); smaller float32 builds stay in the default job
 def test_a_10x10_map_fold_builds_in_float32():
     """Its 19-joint loops close to float32's round-off (1e-6), which the closure check at
     the build must accept: it took float64's 1e-6 as its bound and refused the fold."""

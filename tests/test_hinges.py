@@ -139,7 +139,7 @@ def test_energy_conserved_with_tape_springs_and_stops():
     assert np.abs((e - U) - (e[0] - U[0])).max() > 1e-2 * abs(e[0])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~9 s (renders a GIF); the hinge models' physics stays in the default job
 def test_cli_animate_writes_gif(tmp_path, capsys):
     out = tmp_path / "runs"
     # RK4: 15 steps saved at their ends, so 16 frames (under the default Dopri5 the run keeps

@@ -77,7 +77,7 @@ def _body_dof_order(model):
     return np.concatenate([np.arange(*offsets[i]) for i in _depth_first(model)])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~10 s; the other MuJoCo cross-checks of this file stay in the default job
 def test_closed_miura_fold_matches_mujoco_with_hard_connects():
     """A 3x3 Miura-ori, partially folded (a generic, one-degree-of-freedom state; the
     folded-flat map fold would start at a bifurcation), unfolding under its hinge springs."""
