@@ -404,6 +404,27 @@ class PanelContact(ForceElement):
         x = jnp.clip((bound - p["thickness"] - p["dhat"]) / (0.5 * p["dhat"]), 0.0, 1.0)
         return ARMING_RATE * x * x * (3.0 - 2.0 * x)
 
+    def _overlaps(self, P, p, bound=None):
+        """The detector's exact test: ``(pick, depth)``, the pairs tested (all, or the
+        ``DETECT_CAPACITY`` nearest by their lower ``bound``) and the separating-axis depth
+        of each, the panels shrunk by ``p["shrink"]`` about their centroids so that shared
+        edges and corners do not count."""
+        m = self._mask()
+        I, J = self._pair_index()
+        pick = jnp.arange(len(self.pairs))
+        if len(self.pairs) > DETECT_CAPACITY:   # the pairs that may touch, by a lower bound
+            pick = jax.lax.top_k(-(self._pair_bounds(P, p) if bound is None else bound), DETECT_CAPACITY)[1]
+        c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(P.dtype)[:, None]
+        Ps = c[:, None, :] + (1.0 - p["shrink"]) * (P - c[:, None, :])
+        i, j = I[pick], J[pick]
+        return pick, jax.vmap(geo.overlap_depth)(Ps[i], m[i], Ps[j], m[j])
+
+    def _primitive_forces(self, z, p, armed, weights, gaps):
+        """The barrier's force along each primitive of the candidate pairs, ``kappa a w
+        |b'(d)|`` (:meth:`_panel_terms`' last output)."""
+        slope = jax.grad(lambda g: jnp.sum(br.barrier(g, p["dhat"])))(gaps)
+        return panel_stiffness(p, self._budget(z)) * armed * weights * jnp.abs(slope)
+
     def diagnostics(self, model, ws, z, p):
         out = {}
         theta = self.crease_angles(ws, z, p)
@@ -411,18 +432,11 @@ class PanelContact(ForceElement):
             out["crease_angle"] = theta
         if self.pairs:
             P = self.vertices(ws, p)
-            m = self._mask()
-            I, J = self._pair_index()
-            pick = jnp.arange(len(self.pairs))
-            if len(self.pairs) > DETECT_CAPACITY:   # the pairs that may touch, by a lower bound
+            bound = None
+            if len(self.pairs) > DETECT_CAPACITY:
                 bound = self._pair_bounds(P, p)
-                pick = jax.lax.top_k(-bound, DETECT_CAPACITY)[1]
                 out["panel_overlap_unchecked"] = jnp.sum(bound <= 0.0).astype(P.dtype) - DETECT_CAPACITY
-            c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(P.dtype)[:, None]
-            shrink = 1.0 - p["shrink"]
-            Ps = c[:, None, :] + shrink * (P - c[:, None, :])  # shared edges and corners do not count
-            i, j = I[pick], J[pick]
-            depth = jax.vmap(geo.overlap_depth)(Ps[i], m[i], Ps[j], m[j])
+            pick, depth = self._overlaps(P, p, bound)
             out["panel_overlap"] = jnp.max(depth)
             out["panel_overlap_pair"] = pick[jnp.argmax(depth)].astype(P.dtype)
         if self.forces:
@@ -440,10 +454,9 @@ class PanelContact(ForceElement):
                 active = active | jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
             out["contact_active"] = active.astype(ws.pos.dtype)
             if self.pairs:
-                _, gap, overflow, (a, w, gaps) = self._panel_terms(self.vertices(ws, p), z, p)
-                slope = jax.grad(lambda g: jnp.sum(br.barrier(g, p["dhat"])))(gaps)
+                _, gap, overflow, terms = self._panel_terms(self.vertices(ws, p), z, p)
                 out["contact_gap"] = gap
-                out["contact_force"] = panel_stiffness(p, self._budget(z)) * jnp.max(a * w * jnp.abs(slope))
+                out["contact_force"] = jnp.max(self._primitive_forces(z, p, *terms))
                 out["contact_overflow"] = jnp.asarray(overflow, ws.pos.dtype)
         return out
 
@@ -465,13 +478,8 @@ class PanelContact(ForceElement):
         m = self._mask()
         I, J = self._pair_index()
         bound = self._pair_bounds(P, p)
-        pick = jnp.arange(len(self.pairs))
-        if len(self.pairs) > DETECT_CAPACITY:
-            pick = jax.lax.top_k(-bound, DETECT_CAPACITY)[1]
+        pick, depth = self._overlaps(P, p, bound)
         i, j = I[pick], J[pick]
-        c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(dtype)[:, None]
-        Ps = c[:, None, :] + (1.0 - p["shrink"]) * (P - c[:, None, :])
-        depth = jax.vmap(geo.overlap_depth)(Ps[i], m[i], Ps[j], m[j])
         # apart, two convex polygons are nearest at a vertex-face or an edge-edge pair;
         # an edge through the other's face is what the overlap depth measures
         d = jnp.min(jax.vmap(self._pair_distances)(P[i], m[i], P[j], m[j])[0], -1)
@@ -479,9 +487,8 @@ class PanelContact(ForceElement):
         gap = (bound - p["thickness"]).at[pick].set(exact)
         out["gap"] = out["gap"].at[I].min(gap).at[J].min(gap)
         if self.forces:
-            _, _, _, (a, w, g) = self._panel_terms(P, z, p, jax.lax.stop_gradient(bound))
-            slope = jax.grad(lambda x: jnp.sum(br.barrier(x, p["dhat"])))(g)
-            f = panel_stiffness(p, self._budget(z)) * jnp.sum(a * w * jnp.abs(slope), -1)
+            terms = self._panel_terms(P, z, p, jax.lax.stop_gradient(bound))[3]
+            f = jnp.sum(self._primitive_forces(z, p, *terms), -1)
             idx = self._candidates(bound, self._armed(z, dtype))
             out["force"] = out["force"].at[I[idx]].add(f).at[J[idx]].add(f)
         return out
