@@ -138,6 +138,13 @@ def test_panels_are_coloured_by_their_gap_to_the_nearest_panel(tmp_path):
         assert gap[i] == pytest.approx(min(_flat_gap(v, w) for w in others), abs=1e-9)
         checked += 1
     assert checked >= 4
+    # fewer exact pairs than the pattern has: the rest take their lower bound, never more
+    from diffmb.viewer.origami import contact_fields
+
+    xs = np.asarray(run.traj.xs)[-1:]
+    full, few = (contact_fields(run.system, run.params, xs, capacity=c)["gap"] for c in (512, 3))
+    assert all(few[n][0] <= full[n][0] + 1e-12 for n in full if np.isfinite(full[n][0]))
+    assert any(few[n][0] < full[n][0] - 1e-6 for n in full if np.isfinite(full[n][0]))
 
 
 def test_tree_scene_places_the_urdf_visuals(runs):

@@ -404,7 +404,7 @@ class PanelContact(ForceElement):
         x = jnp.clip((bound - p["thickness"] - p["dhat"]) / (0.5 * p["dhat"]), 0.0, 1.0)
         return ARMING_RATE * x * x * (3.0 - 2.0 * x)
 
-    def _overlaps(self, P, p, bound=None):
+    def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test: ``(pick, depth)``, the pairs tested (all, or the
         ``DETECT_CAPACITY`` nearest by their lower ``bound``) and the separating-axis depth
         of each, the panels shrunk by ``p["shrink"]`` about their centroids so that shared
@@ -412,8 +412,8 @@ class PanelContact(ForceElement):
         m = self._mask()
         I, J = self._pair_index()
         pick = jnp.arange(len(self.pairs))
-        if len(self.pairs) > DETECT_CAPACITY:   # the pairs that may touch, by a lower bound
-            pick = jax.lax.top_k(-(self._pair_bounds(P, p) if bound is None else bound), DETECT_CAPACITY)[1]
+        if len(self.pairs) > capacity:   # the pairs that may touch, by a lower bound
+            pick = jax.lax.top_k(-(self._pair_bounds(P, p) if bound is None else bound), capacity)[1]
         c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(P.dtype)[:, None]
         Ps = c[:, None, :] + (1.0 - p["shrink"]) * (P - c[:, None, :])
         i, j = I[pick], J[pick]
@@ -460,13 +460,14 @@ class PanelContact(ForceElement):
                 out["contact_overflow"] = jnp.asarray(overflow, ws.pos.dtype)
         return out
 
-    def panel_fields(self, model, ws, z, p):
+    def panel_fields(self, model, ws, z, p, capacity: int = DETECT_CAPACITY):
         """Per panel, for the viewer's colours: ``gap``, the signed distance to the
         nearest panel it shares no vertex with, less the thickness (negative: the depth
         to which the two pass through each other; inf: no such panel), and with contact
         on ``force``, the Tier B barrier force on it (the sum over its candidate pairs'
-        primitives of ``kappa w |b'(d)|``, N). Beyond the detector's capacity the pairs
-        not tested exactly take their lower bound, so a gap is never overstated."""
+        primitives of ``kappa w |b'(d)|``, N). Beyond ``capacity`` pairs (the nearest by a
+        lower bound are tested exactly) the rest take their lower bound, so a gap is never
+        overstated."""
         dtype = ws.pos.dtype
         n = len(self.panel_names)
         out = {"gap": jnp.full(n, jnp.inf, dtype)}
@@ -478,7 +479,7 @@ class PanelContact(ForceElement):
         m = self._mask()
         I, J = self._pair_index()
         bound = self._pair_bounds(P, p)
-        pick, depth = self._overlaps(P, p, bound)
+        pick, depth = self._overlaps(P, p, bound, capacity)
         i, j = I[pick], J[pick]
         # apart, two convex polygons are nearest at a vertex-face or an edge-edge pair;
         # an edge through the other's face is what the overlap depth measures
