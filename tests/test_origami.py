@@ -36,6 +36,40 @@ def test_paper_grids_topology():
     assert rep.rank == 2 and all(r.split(":")[1].startswith("t") for r in rep.redundant)
 
 
+def test_fold_2x4s_pairs_are_held_by_the_kinematics_until_crease_7_is_flat():
+    """Sec. 4.3.1: panel 7 unfolds first, and the z-folded pairs (1-2, 3-4, 5-6) release
+    'near the 20 second mark', 'expected to unfold with identical states'. The closure
+    Jacobian says why: with crease r-7 anywhere strictly between flat and folded (either
+    way) the only motion is crease 7's, the pairs locked at 180 deg; at flat it is a
+    branch point where each pair's two creases may turn, together and equal. The lock
+    weakens in proportion to crease 7's angle (the smallest nonzero singular values)."""
+    from diffmb.closures.nodes import _jacobian_at, row_index, start_mobility
+
+    system, _ = build(fold_2x4(), stabilization="projection")
+    m, nodes = system.model, system.closures
+    names = m.coordinate_names[6:]                      # theta_7, theta_6, ..., theta_1
+    rows = tuple(int(r) for r in row_index(nodes.closures))
+
+    def at(theta7):
+        q = np.asarray(system.q0, float).copy()
+        q[6] = theta7
+        G = np.asarray(_jacobian_at(m, nodes, rows, q))[:, 6:]
+        _, s, vt = np.linalg.svd(G)
+        return start_mobility(m, nodes, q), vt[(s > 1e-9 * s[0]).sum():], s
+
+    e = {n: np.eye(7)[names.index(f"theta_{n}")] for n in "1234567"}
+    for theta7 in (1.0, -0.5):
+        mob, free, _ = at(theta7)
+        assert mob.dof == 1 and mob.infinitesimal == 1
+        assert np.allclose(np.abs(free @ e["7"]), 1.0, atol=1e-12)
+    mob, free, _ = at(0.0)
+    assert mob.infinitesimal == 4
+    expect = np.stack([e["7"], *((e[a] + e[b]) / np.sqrt(2) for a, b in ("12", "34", "56"))])
+    assert np.abs(free.T @ free - expect.T @ expect).max() < 1e-9   # the same tangent space
+    weak = lambda theta7: at(theta7)[2][-3:-1]          # the two that vanish at flat
+    assert np.allclose(weak(2e-3) / weak(1e-3), 2.0, rtol=1e-4)
+
+
 def test_inconsistent_fold_is_rejected_naming_the_closure():
     pattern = fold_4panel()
     for c in pattern.creases:
