@@ -383,7 +383,7 @@ class PanelContact(ForceElement):
 
     def max_step(self, model, ws, z, p):
         """The distance of the nearest armed pair of panels to its barrier's reach, plus
-        half the reach, over the fastest two vertices can close (:func:`speed_caps`: what
+        half the reach, over the fastest two vertices can close (:func:`vertex_speed_cap`: what
         the energy allows): no step can carry a vertex through a face unseen, where the
         distance, unsigned, would be positive again on the far side. Creases need no such
         limit: their barrier is one-sided in the angle (beyond its end it continues as a
@@ -391,7 +391,7 @@ class PanelContact(ForceElement):
         flat, as a stowed stack's do, does not hold the steps back."""
         out = jnp.asarray(jnp.inf, ws.pos.dtype)
         if self.pairs:
-            speed, _ = speed_caps(p, self._budget(z))
+            speed = vertex_speed_cap(p, self._budget(z))
             P = self.vertices(ws, p)
             bound = self._pair_bounds(P, p)
             free = jnp.maximum(bound - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
@@ -756,15 +756,15 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
                         numbers=numbers)
 
 
-def speed_caps(p, budget) -> tuple:
-    """``(vertex speed, crease rate)`` no motion with ``budget`` [J] to spend can exceed:
-    a body of mass ``m`` and smallest principal moment ``I`` moves at most ``sqrt(2E/m)``
-    and turns at most ``sqrt(2E/I)``, so a vertex ``r`` from its centre of mass moves at
-    most ``sqrt(2E/m) + r sqrt(2E/I)`` and two bodies' relative rate is at most twice the
-    fastest turn. Computed from the numbers, so that every number stays affine in the
-    scenario's parameters (a mass, a hinge stiffness can be fitted with contact on)."""
-    w = jnp.sqrt(2 * budget / p["least_inertia"])
-    return jnp.sqrt(2 * budget / p["least_mass"]) + p["reach_radius"] * w, 2 * w
+def vertex_speed_cap(p, budget):
+    """The vertex speed no motion with ``budget`` [J] to spend can exceed: a body of mass
+    ``m`` and smallest principal moment ``I`` moves at most ``sqrt(2E/m)`` and turns at
+    most ``sqrt(2E/I)``, so a vertex ``r`` from its centre of mass moves at most
+    ``sqrt(2E/m) + r sqrt(2E/I)``. Computed from the numbers, so that every number stays
+    affine in the scenario's parameters (a mass, a hinge stiffness can be fitted with
+    contact on)."""
+    return (jnp.sqrt(2 * budget / p["least_mass"])
+            + p["reach_radius"] * jnp.sqrt(2 * budget / p["least_inertia"]))
 
 
 def crease_stiffness(p, budget):
@@ -780,7 +780,7 @@ def panel_stiffness(p, budget):
 
 def _body_bounds(masses, inertias, radii) -> dict:
     """The least mass, the least principal moment and the largest vertex radius of the
-    bodies (:func:`speed_caps`)."""
+    bodies (:func:`vertex_speed_cap`)."""
     m = float(np.min(masses))
     I = float(np.min([np.min(np.linalg.eigvalsh(np.asarray(J, float))) for J in inertias]))
     return {"least_mass": jnp.asarray(m), "least_inertia": jnp.asarray(max(I, 1e-12 * m)),
