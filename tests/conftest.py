@@ -40,10 +40,9 @@ elif not os.environ.get("DIFFMB_TEST_JAX_CACHE"):
 # is written. XLA's CPU executable serialization, which every write calls, segfaulted in
 # the slow job's long-lived workers (twice, on the same test: CI and a local `.ci/run`,
 # never when that test ran alone); a job that writes nothing never calls it.
-_WRITE_MIN_S = "1e9" if os.environ.get("DIFFMB_TEST_JAX_CACHE_READ_ONLY") == "1" else "0"
 os.environ.update({
     "JAX_COMPILATION_CACHE_DIR": os.environ["DIFFMB_TEST_JAX_CACHE"],
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": _WRITE_MIN_S,
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1e9" if os.environ.get("DIFFMB_TEST_JAX_CACHE_READ_ONLY") == "1" else "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
     "EQX_ON_ERROR": "nan",
 })

@@ -149,15 +149,17 @@ class System(eqx.Module):
 
     @property
     def limits_steps(self) -> bool:
-        """Whether :meth:`max_step` bounds an adaptive solver's steps (False by default)."""
+        """Whether :meth:`step_fraction` bounds an adaptive solver's steps (False by default)."""
         return False
 
-    def max_step(self, x, params):
-        """The longest step an adaptive solver may take from ``x``: a contact barrier is
-        invisible to the step-size control until a step lands inside its reach, so a long
-        step through free flight could jump over it (a contact element bounds its steps by
-        the distance to contact over the closing speed). ``inf`` by default."""
-        return jnp.asarray(jnp.inf, x.dtype)
+    def step_fraction(self, x0, x1, params):
+        """How much of an adaptive solver's step from ``x0`` to its candidate ``x1`` may be
+        taken: at least 1, all of it; below 1, the step is rejected and retried at that
+        fraction of its length. A contact barrier is invisible to the step-size control
+        until a step lands inside its reach, so a long step through free flight could
+        jump over it (a contact element admits no step that carries two panels together
+        by more than their distance to the barrier's reach). ``inf`` by default."""
+        return jnp.asarray(jnp.inf, x0.dtype)
 
 
 #: Constraint stabilization, one vocabulary for every formulation (each accepts the
@@ -369,14 +371,14 @@ class TreeSystem(System):
         return any(e.limits_steps for e in self.elements)
 
     @sp.jit_per_form
-    def max_step(self, x, params):
+    def step_fraction(self, x0, x1, params):
         model = params["model"]
-        q, qd = self.split(x)
-        ws = kinematics(model, q, qd)
-        out = jnp.asarray(jnp.inf, x.dtype)
-        for e, z, p in zip(self.elements, self.element_states(x), params["elements"]):
+        ws0, ws1 = (kinematics(model, *self.split(x)) for x in (x0, x1))
+        out = jnp.asarray(jnp.inf, x0.dtype)
+        for e, z0, z1, p in zip(self.elements, self.element_states(x0), self.element_states(x1),
+                                params["elements"]):
             if e.limits_steps:
-                out = jnp.minimum(out, e.max_step(model, ws, z, p))
+                out = jnp.minimum(out, e.step_fraction(model, ws0, z0, ws1, z1, p))
         return out
 
     def _accelerations(self, t, x, params, ws, element_tau=None):

@@ -51,7 +51,6 @@ from ..math import barrier as br, geometry as geo, spatial as sp
 from ..math.batch_cond import cond_any
 from ..tree import rnea
 from ..tree.force_element import ForceElement
-from .polygon import plate_inertia as _plate_inertia
 
 #: Default reach of the crease barrier [rad]: a crease may fold at most this far past flat.
 PSI_HAT = 1e-3
@@ -381,22 +380,28 @@ class PanelContact(ForceElement):
     def limits_steps(self) -> bool:
         return self.forces and bool(self.pairs)
 
-    def max_step(self, model, ws, z, p):
-        """The distance of the nearest armed pair of panels to its barrier's reach, plus
-        half the reach, over the fastest two vertices can close (:func:`vertex_speed_cap`: what
-        the energy allows): no step can carry a vertex through a face unseen, where the
-        distance, unsigned, would be positive again on the far side. Creases need no such
-        limit: their barrier is one-sided in the angle (beyond its end it continues as a
-        stiff quadratic, which the step's error estimate sees), so a crease resting at
-        flat, as a stowed stack's do, does not hold the steps back."""
-        out = jnp.asarray(jnp.inf, ws.pos.dtype)
+    def step_fraction(self, model, ws0, z0, ws1, z1, p):
+        """How much of a step from ``ws0`` to ``ws1`` the panels admit: each armed pair's
+        distance to its barrier's reach, plus half the reach, over how far the step moves
+        the two panels (the largest displacement of a vertex of each, added), the least
+        over the pairs. A step admitted whole therefore carries no pair more than half a
+        reach into its barrier, where the step-size control sees the force: no vertex
+        jumps through a face unseen, where the distance, unsigned, would be positive
+        again on the far side. (Measured between the step's two ends, as IPC's
+        conservative advancement measures a linear step.) Creases need no such limit:
+        their barrier is one-sided in the angle (beyond its end it continues as a stiff
+        quadratic, which the step's error estimate sees), so a crease resting at flat,
+        as a stowed stack's do, does not hold the steps back."""
+        out = jnp.asarray(jnp.inf, ws0.pos.dtype)
         if self.pairs:
-            speed = vertex_speed_cap(p, self._budget(z))
-            P = self.vertices(ws, p)
-            bound = self._pair_bounds(P, p)
+            P0, P1 = self.vertices(ws0, p), self.vertices(ws1, p)
+            moved = jnp.sqrt(jnp.max(jnp.sum((P1 - P0) ** 2, -1), -1))   # per panel
+            bound = self._pair_bounds(P0, p)
             free = jnp.maximum(bound - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
-            out = jnp.minimum(out, jnp.min(jnp.where(self._armed(z, P.dtype) > 0, free, jnp.inf))
-                              / (2 * speed + jnp.asarray(1e-300, ws.pos.dtype)))
+            I, J = self._pair_index()
+            closing = moved[I] + moved[J]
+            ratio = free / jnp.maximum(closing, jnp.asarray(1e-300, ws0.pos.dtype))
+            out = jnp.min(jnp.where(self._armed(z0, P0.dtype) > 0, ratio, jnp.inf))
         return out
 
     def _arming_rates(self, bound, p):
@@ -724,14 +729,7 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     cut = tuple((model.body_index(c.a), model.body_index(c.b), c.label) for c in cut_creases)
     cut_axis = np.array([hinge_axis(c, panels[c.b]) for c in cut_creases]).reshape(-1, 3)
     dhat = options.dhat if options.dhat is not None else DHAT_RELATIVE * size
-    bounds = _body_bounds([panels[n].mass for n in names],
-                             [panels[n].inertia if panels[n].inertia is not None else
-                              _plate_inertia(np.asarray(panels[n].vertices, float), panels[n].mass) for n in names],
-                             [np.max(np.linalg.norm(np.asarray(panels[n].vertices, float)
-                                                    - np.asarray(panels[n].vertices, float).mean(0), axis=-1))
-                              for n in names])
     numbers = {
-        **bounds,
         "vertices": jnp.asarray(verts),
         "radius": jnp.asarray(radius),
         "cut_axis": jnp.asarray(cut_axis),
@@ -756,17 +754,6 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
                         numbers=numbers)
 
 
-def vertex_speed_cap(p, budget):
-    """The vertex speed no motion with ``budget`` [J] to spend can exceed: a body of mass
-    ``m`` and smallest principal moment ``I`` moves at most ``sqrt(2E/m)`` and turns at
-    most ``sqrt(2E/I)``, so a vertex ``r`` from its centre of mass moves at most
-    ``sqrt(2E/m) + r sqrt(2E/I)``. Computed from the numbers, so that every number stays
-    affine in the scenario's parameters (a mass, a hinge stiffness can be fitted with
-    contact on)."""
-    return (jnp.sqrt(2 * budget / p["least_mass"])
-            + p["reach_radius"] * jnp.sqrt(2 * budget / p["least_inertia"]))
-
-
 def crease_stiffness(p, budget):
     """Tier A's stiffness, the default rule: the barrier holds ``kappa_scale`` times the
     energy ``budget`` [J] at half its reach."""
@@ -776,15 +763,6 @@ def crease_stiffness(p, budget):
 def panel_stiffness(p, budget):
     """Tier B's stiffness, by the same rule as :func:`crease_stiffness`."""
     return p["kappa_scale"] * budget / br.barrier(0.5 * p["dhat"], p["dhat"])
-
-
-def _body_bounds(masses, inertias, radii) -> dict:
-    """The least mass, the least principal moment and the largest vertex radius of the
-    bodies (:func:`vertex_speed_cap`)."""
-    m = float(np.min(masses))
-    I = float(np.min([np.min(np.linalg.eigvalsh(np.asarray(J, float))) for J in inertias]))
-    return {"least_mass": jnp.asarray(m), "least_inertia": jnp.asarray(max(I, 1e-12 * m)),
-            "reach_radius": jnp.asarray(float(np.max(radii)))}
 
 
 def certified_margin(energy, kappa, reach):
@@ -857,13 +835,8 @@ def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> 
     dhat = options.dhat if options.dhat is not None else DHAT_RELATIVE * size
     radius = np.array([np.max(np.linalg.norm(v - v.mean(0), axis=-1)) for v in local])
     E = max(float(energy), MIN_BUDGET)
-    moving = [n for n in names if n != "world"]
-    idx = [model.body_index(n) for n in moving]
-    bounds = _body_bounds([float(model.mass[i]) for i in idx], [np.asarray(model.inertia[i]) for i in idx],
-                             [radius[names.index(n)] + float(np.linalg.norm(np.asarray(model.com[model.body_index(n)])))
-                              for n in moving])
     numbers = {
-        **bounds, "energy": jnp.asarray(E),
+        "energy": jnp.asarray(E),
         "vertices": jnp.asarray(verts), "radius": jnp.asarray(radius), "cut_axis": jnp.zeros((0, 3)),
         "psi_hat": jnp.asarray(options.psi_hat), "kappa_scale": jnp.asarray(options.kappa_scale),
         "crease_damping": jnp.asarray(options.crease_damping), "dhat": jnp.asarray(dhat),

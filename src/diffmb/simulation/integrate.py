@@ -621,26 +621,34 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
 
 
 class _LimitedSteps(dfx.AbstractStepSizeController):
-    """An adaptive controller whose every step is at most the system's
-    :meth:`~diffmb.system.System.max_step` from where it starts (a contact barrier cannot
+    """An adaptive controller that takes a step only as far as the system admits it
+    (:meth:`~diffmb.system.System.step_fraction` of the step from its start to its
+    candidate end): a step the system does not admit whole is rejected and retried at
+    ``SAFETY`` times the admitted fraction, and the next step after an accepted one is
+    kept within ``SAFETY`` times the fraction it had to spare (a contact barrier cannot
     be jumped over: it acts only within its reach, where the step-size control sees it)."""
 
     inner: dfx.AbstractStepSizeController
     system: System
+    SAFETY = 0.9
 
     def wrap(self, direction):
         return _LimitedSteps(self.inner.wrap(direction), self.system)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
-        tau, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
-        return jnp.minimum(tau, t0 + self.system.max_step(y0, args)), state
+        return self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
         keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
             t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
-        start = jnp.where(keep, y1_candidate, y0)
-        next_t1 = jnp.minimum(next_t1, next_t0 + self.system.max_step(start, args))
-        return keep, next_t0, next_t1, made_jump, state, result
+        fraction = self.system.step_fraction(y0, y1_candidate, args)
+        fraction = jnp.where(jnp.isnan(fraction), jnp.inf, fraction)   # a non-finite candidate is the error's to reject
+        admitted = fraction >= 1.0
+        room = self.SAFETY * fraction * (t1 - t0)
+        # admitted: the next step within the room this one left; else a retry from t0
+        next_t0 = jnp.where(admitted, next_t0, t0)
+        next_t1 = jnp.minimum(next_t1, next_t0 + room)
+        return keep & admitted, next_t0, next_t1, made_jump, state, result
 
 
 class _VectorField(eqx.Module):

@@ -66,13 +66,15 @@ class ForceElement(eqx.Module):
 
     @property
     def limits_steps(self) -> bool:
-        """Whether :meth:`max_step` bounds the steps of an adaptive solver."""
+        """Whether :meth:`step_fraction` bounds the steps of an adaptive solver."""
         return False
 
-    def max_step(self, model, ws, z, params):
-        """The longest step from this state that cannot jump over the element's forces
-        (contact: the distance to contact over the closing speed)."""
-        return jnp.asarray(jnp.inf, ws.pos.dtype)
+    def step_fraction(self, model, ws0, z0, ws1, z1, params):
+        """How much of a step from state ``ws0`` to ``ws1`` the element admits: at least 1
+        admits it whole; below 1, that fraction of it, so that no step jumps over the
+        element's forces (contact: no step carries two panels together by more than
+        their distance to the barrier's reach). ``inf`` by default."""
+        return jnp.asarray(jnp.inf, ws0.pos.dtype)
 
     def evaluate(self, model, ws, z, params):
         """``(generalized force, dz/dt)`` together (an element may share work between them)."""
