@@ -388,7 +388,8 @@ class PanelContact(ForceElement):
         reach into its barrier, where the step-size control sees the force: no vertex
         jumps through a face unseen, where the distance, unsigned, would be positive
         again on the far side. (Measured between the step's two ends, as IPC's
-        conservative advancement measures a linear step.) Creases need no such limit:
+        conservative advancement measures a linear step; in the world frame, so that a
+        motion of the whole structure, which closes no gap, counts too.) Creases need no such limit:
         their barrier is one-sided in the angle (beyond its end it continues as a stiff
         quadratic, which the step's error estimate sees), so a crease resting at flat,
         as a stowed stack's do, does not hold the steps back."""
