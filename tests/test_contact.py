@@ -4,6 +4,8 @@ detector on the map folds; gradients through a contact event."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -403,6 +405,19 @@ def test_a_sweep_with_contact_reports_every_members_contact(tmp_path):
         assert m["contact_overflow"] == 0 and m["contact_events"] >= 1 and "min_contact_gap" in m
     past = [m["max_crease_angle"] - np.pi for m in members]
     assert 0 < past[2] < past[1] < past[0] < float(ContactOptions().psi_hat)
+
+
+def test_a_crossing_with_contact_on_does_not_advise_turning_it_on(elastic):
+    """The detector's advice follows the model: 'rerun with contact' when it was off;
+    with it on, why an armed barrier can still be crossed (a stack unarmed at gap 0)."""
+    system, element, params, _ = elastic
+    p = params["elements"][0]
+    crossing = {"panel_overlap": np.array([0.0, 1e-2]), "panel_overlap_pair": np.array([0.0, 0.0])}
+    on, = element.check(np.array([0.0, 0.1]), crossing, p)
+    off, = dataclasses.replace(element, forces=False).check(np.array([0.0, 0.1]), crossing, p)
+    assert on["kind"] == off["kind"] == "panel_overlap" and on["panels"] == "big/small"
+    assert "Rerun with --set contact=1" in off["message"] and "contact=1" not in on["message"]
+    assert "armed once its layers separate" in on["message"]
 
 
 def test_the_viewers_gap_and_force_per_panel_are_the_barriers(elastic):

@@ -537,6 +537,18 @@ class PanelContact(ForceElement):
             out["contact_overflow"] = jnp.max(jnp.where(valid, diagnostics["contact_overflow"], 0.0))
         return out
 
+    def _remedy(self, what: str) -> str:
+        """What to do about a crease past flat (``what="crease"``) or panels through each
+        other (``"panels"``)."""
+        if not self.forces:
+            return "Rerun with --set contact=1"
+        if what == "crease":
+            return ("Contact was on: the crease went past its barrier's reach, so the energy rose past the "
+                    "barrier's budget (see the energy) or its stiffness is too low (--set contact_kappa)")
+        return ("Contact was on: the barrier acts on armed pairs only, and a stack that starts at gap 0 is "
+                "armed once its layers separate (docs/contact.md, 'Stow step'), so round-off (float32) can carry "
+                "such layers through first; or the energy rose past the barrier's budget (see the energy)")
+
     def check(self, ts, diagnostics, params):
         ts = np.asarray(ts, float)
         valid = np.isfinite(ts)
@@ -556,7 +568,7 @@ class PanelContact(ForceElement):
                             "message": (f"crease {self.crease_labels[k]} folded past 180 deg at t = {ts[i]:.6g} s "
                                         f"(to {worst:.4g} deg): its panels pass through each other "
                                         f"(zero-thickness panels meet face to face at +-180 deg); creases past "
-                                        f"it: {names}. Rerun with --set contact=1")})
+                                        f"it: {names}. {self._remedy('crease')}")})
         if "panel_overlap" in diagnostics and valid.any():
             ov = np.where(valid, np.asarray(diagnostics["panel_overlap"], float), -np.inf)
             tol = float(params["overlap_tolerance"])
@@ -568,7 +580,7 @@ class PanelContact(ForceElement):
                 out.append({"kind": "panel_overlap", "t": float(ts[i]), "panels": first, "depth_m": float(ov[k]),
                             "message": (f"panels {first} pass through each other from t = {ts[i]:.6g} s "
                                         f"(deepest: {pair}, {ov[k]:.3g} m at t = {ts[k]:.6g} s). "
-                                        f"Rerun with --set contact=1")})
+                                        f"{self._remedy('panels')}")})
         if "contact_gap" in diagnostics and valid.any():
             gap = np.where(valid, np.asarray(diagnostics["contact_gap"], float), np.inf)
             floor = br.FLOOR * float(params["dhat"])
