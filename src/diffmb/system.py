@@ -375,10 +375,9 @@ class TreeSystem(System):
         model = params["model"]
         ws0, ws1 = (kinematics(model, *self.split(x)) for x in (x0, x1))
         out = jnp.asarray(jnp.inf, x0.dtype)
-        for e, z0, z1, p in zip(self.elements, self.element_states(x0), self.element_states(x1),
-                                params["elements"]):
+        for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"]):
             if e.limits_steps:
-                out = jnp.minimum(out, e.step_fraction(model, ws0, z0, ws1, z1, p))
+                out = jnp.minimum(out, e.step_fraction(model, ws0, z0, ws1, p))
         return out
 
     def _accelerations(self, t, x, params, ws, element_tau=None):

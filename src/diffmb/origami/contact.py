@@ -380,7 +380,7 @@ class PanelContact(ForceElement):
     def limits_steps(self) -> bool:
         return self.forces and bool(self.pairs)
 
-    def step_fraction(self, model, ws0, z0, ws1, z1, p):
+    def step_fraction(self, model, ws0, z0, ws1, p):
         """How much of a step from ``ws0`` to ``ws1`` the panels admit: each armed pair's
         distance to its barrier's reach, plus half the reach, over how far the step moves
         the two panels (the largest displacement of a vertex of each, added), the least

@@ -69,8 +69,8 @@ class ForceElement(eqx.Module):
         """Whether :meth:`step_fraction` bounds the steps of an adaptive solver."""
         return False
 
-    def step_fraction(self, model, ws0, z0, ws1, z1, params):
-        """How much of a step from state ``ws0`` to ``ws1`` the element admits: at least 1
+    def step_fraction(self, model, ws0, z0, ws1, params):
+        """How much of a step from state ``ws0`` (own states ``z0``) to ``ws1`` the element admits: at least 1
         admits it whole; below 1, that fraction of it, so that no step jumps over the
         element's forces (contact: no step carries two panels together by more than
         their distance to the barrier's reach). ``inf`` by default."""
