@@ -713,13 +713,13 @@ def _convex(v: np.ndarray) -> bool:
 
 
 def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, cut_creases, hinge_axis,
-                  options: ContactOptions, cut_sides=None) -> PanelContact:
+                  options: ContactOptions, cut_start=None) -> PanelContact:
     """The element of a crease pattern compiled into ``model``: ``panels`` by name,
     ``order`` their bodies' order, ``origin`` each body's origin in the flat layout,
     ``tree_edges`` ``(parent, child, crease)`` of the spanning tree, ``cut_creases`` the
     creases cut into closures, ``hinge_axis(crease, child)`` the oriented crease axis,
-    ``cut_sides`` the side (+-1) each cut crease folded flat at the start opens from
-    (:func:`opening_sides`; None: its declared fold's sign).
+    ``cut_start``: each cut crease's angle at the start on its branch (:func:`cut_branches`:
+    ``+-pi`` for one folded flat, on the side it opens from; None: its declared fold).
     Raises ValueError naming a panel that is not convex or too thin for the thickness
     (:func:`check_panels`)."""
     check_panels(panels, options)
@@ -759,9 +759,8 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     return PanelContact(panel_names=names, panel_body=tuple(model.body_index(n) if n in moving else -1
                                                             for n in names), valid=valid,
                         pairs=pairs, tree_creases=tree, cut_creases=cut,
-                        cut_folds=tuple(float(c.fold) if cut_sides is None else float(s) * np.pi
-                                        for c, s in zip(cut_creases, cut_sides if cut_sides is not None
-                                                        else [None] * len(cut_creases))),
+                        cut_folds=tuple(float(c.fold) for c in cut_creases) if cut_start is None
+                        else tuple(float(a) for a in cut_start),
                         forces=bool(options.forces),
                         damped=options.damping > 0, capacity=int(options.capacity), budget_from_start=True,
                         numbers=numbers)
@@ -801,8 +800,9 @@ def certified_margins(element: PanelContact, p, energy: float, budget: float) ->
     return out
 
 
-def opening_sides(system, element: PanelContact, params) -> tuple:
-    """The side (+-1) from which each cut crease that starts folded flat opens.
+def cut_branches(system, element: PanelContact, params) -> tuple:
+    """Each cut crease's angle at the start, on its branch: the geometric angle, and for
+    one folded flat (``+-pi``) the side it opens from.
 
     At ``theta = +-pi`` two zero-thickness panels lie face to face, and which of the two
     is on top, the layer order, is not in the geometry: only in how the stack was folded.
@@ -812,7 +812,10 @@ def opening_sides(system, element: PanelContact, params) -> tuple:
     (``q(h) = q0 + h^2 qdd0 / 2``, a step too small to leave the branch). Where the start
     does not move a crease, its declared fold decides. (The map-fold generator's folds of
     the cut creases are not flat-foldable in general, Maekawa's ``|M - V| = 2`` fails at
-    its vertices: the fold-4panel's map has two of each; the motion's sides are.)"""
+    its vertices: the fold-4panel's map has two of each; the motion's sides are.) A cut
+    crease that does not start flat keeps its geometric angle: its declared fold may be a
+    guess the closure solve moved (``--fold-fraction``), and unwrapping the run's angles
+    about a reference half a turn away would add a full turn."""
     from ..tree.kinematics import kinematics
 
     x0 = system.init_state(params)
@@ -831,7 +834,7 @@ def opening_sides(system, element: PanelContact, params) -> tuple:
         theta = np.asarray(element.geometric_cut_angles(ws, p))
         moved = np.abs(np.abs(theta) - np.pi) > 1e-9
         sides = np.where(folded & moved, np.sign(theta), sides)
-    return tuple(float(s) for s in sides)
+    return tuple(float(np.pi * s) if f else float(a) for s, f, a in zip(sides, folded, theta0))
 
 
 def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> PanelContact:

@@ -32,7 +32,7 @@ from ..closures.nodes import analyse, make_closures
 from ..system import TreeSystem
 from ..tree.model import ModelBuilder
 from . import start_state, topology as topo
-from .contact import check_panels, check_start, opening_sides, panel_contact, start_diagnostics
+from .contact import check_panels, check_start, cut_branches, panel_contact, start_diagnostics
 from .polygon import plate_inertia, polygon_centroid
 
 
@@ -290,7 +290,7 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
                  [creases[frozenset(e)] for e in tp.cut_edges], _hinge_axis, contact)
         element = panel_contact(*parts)
         if element.cut_creases:
-            element = panel_contact(*parts, cut_sides=opening_sides(system, element, system.default_params()))
+            element = panel_contact(*parts, cut_start=cut_branches(system, element, system.default_params()))
         system = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
         if contact.forces:
             check_start(system, element, system.default_params())
