@@ -54,16 +54,24 @@ class Mobility:
                 "independent_rows": self.rank, "rows": self.rows, "text": str(self)}
 
 
+#: Rows are scaled to unit norm, but none by more than ``1 / ROW_FLOOR``: a row far below
+#: the largest (one that an exact geometry satisfies identically, left at 1e-8 by a
+#: geometry exact to 1e-13 but rounded once) carries the round-off of a null vector at
+#: its own small scale, and scaled to unit norm it would hide the motion.
+ROW_FLOOR = 1e-4
+
+
 def rank(G: np.ndarray, tol: float = 1e-9) -> int:
-    """Numerical rank of ``G`` with rows scaled to unit norm (singular values above
-    ``tol`` of the largest); rows below ``tol`` of the largest row are zero rows (a
-    closure row that is identically satisfied) and are dropped before scaling."""
+    """Numerical rank of ``G`` with rows scaled to unit norm (at most by ``1 /
+    ROW_FLOOR``; singular values above ``tol`` of the largest); rows below ``tol`` of
+    the largest row are zero rows (a closure row that is identically satisfied) and are
+    dropped before scaling."""
     G = np.asarray(G, float)
     if G.size == 0:
         return 0
     norms = np.linalg.norm(G, axis=1)
     keep = norms > tol * max(norms.max(), 1e-300)
-    G = G[keep] / norms[keep, None]
+    G = G[keep] / np.maximum(norms[keep], ROW_FLOOR * norms.max())[:, None]
     if not len(G):
         return 0
     s = np.linalg.svd(G, compute_uv=False)
@@ -71,7 +79,7 @@ def rank(G: np.ndarray, tol: float = 1e-9) -> int:
 
 
 def landings(residual, jacobian, step_q, q0: np.ndarray, cols, qcols, *, seed: int = 0,
-             probes: int = PROBES, step: float = STEP, tol: float = 1e-12) -> list:
+             probes: int = PROBES, step: float = STEP, tol: float = 1e-12, directions=()) -> list:
     """The states on the closure manifold at distance ``step`` from ``q0`` that random
     probes land on (module docstring): each probe starts ``step`` away in a random
     direction and Gauss-Newton solves the closure rows together with the sphere
@@ -86,8 +94,9 @@ def landings(residual, jacobian, step_q, q0: np.ndarray, cols, qcols, *, seed: i
     rng = np.random.default_rng(seed)
     nv = np.asarray(jacobian(q0)).shape[1]
     out = []
-    for _ in range(probes):
-        u = rng.standard_normal(len(cols))
+    starts = [np.asarray(d, float) for d in directions if np.any(d)]
+    for k in range(len(starts) + probes):
+        u = starts[k] if k < len(starts) else rng.standard_normal(len(cols))
         dv = np.zeros(nv)
         dv[cols] = step * u / np.linalg.norm(u)
         q = np.asarray(step_q(q0, dv))

@@ -447,13 +447,14 @@ def independent_rows(G: np.ndarray, tol: float = 1e-9) -> list:
     return keep
 
 
-def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) -> RankReport:
+def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6, direction=None) -> RankReport:
     """Check the initial configuration closes and find redundant rows.
 
     The rank is taken at a generic point of the constraint manifold near ``q0`` (flat
     origami states are singular). Raises ValueError naming the closure whose residual at
     ``q0`` exceeds ``check_tol`` (at least 100 round-offs of the working precision: a
-    float32 10x10 map fold closes its 19-joint loops to 1e-6).
+    float32 10x10 map fold closes its 19-joint loops to 1e-6). ``direction``: a first
+    mobility probe (:func:`start_mobility`).
     """
     closures = nodes.closures
     rows = row_index(closures)
@@ -485,15 +486,16 @@ def analyse(model: Model, q0, nodes, *, seed: int = 0, check_tol: float = 1e-6) 
         rank=len(keep),
         kept=tuple(int(rows[i]) for i in keep),
         redundant=tuple(labels[i] for i in range(len(rows)) if i not in keep),
-        mobility=start_mobility(model, nodes, q0, seed=seed),
+        mobility=start_mobility(model, nodes, q0, seed=seed, direction=direction),
     )
 
 
-def start_mobility(model: Model, nodes, q0, *, seed: int = 0):
+def start_mobility(model: Model, nodes, q0, *, seed: int = 0, direction=None):
     """The :class:`~diffmb.closures.mobility.Mobility` of the chain at ``q0`` (a floating
     root's six rates not counted). A float32 build (``DIFFMB_FLOAT32``) is probed in
     float64 with tolerances of float32's precision: its geometry is rounded to float32, which
-    makes a rigidly foldable pattern (a Miura-ori) over-constrained by that much."""
+    makes a rigidly foldable pattern (a Miura-ori) over-constrained by that much.
+    ``direction`` (rates, ``model.nv``): probed first (:func:`~diffmb.closures.mobility.landings`)."""
     eps = float(jnp.finfo(jnp.asarray(q0).dtype).eps)
     if eps > 1e-10:
         # the geometry itself is rounded to float32: closed and ranked to that precision, a
@@ -501,11 +503,11 @@ def start_mobility(model: Model, nodes, q0, *, seed: int = 0):
         with jax.enable_x64(True):
             up = lambda x: jnp.asarray(x, jnp.float64) if eqx.is_inexact_array(x) else x
             return _probe(jax.tree.map(up, model), jax.tree.map(up, nodes), np.asarray(q0, np.float64), seed,
-                          tol=100 * eps, rank_tol=1e4 * eps, step=0.1)
-    return _probe(model, nodes, q0, seed)
+                          tol=100 * eps, rank_tol=1e4 * eps, step=0.1, direction=direction)
+    return _probe(model, nodes, q0, seed, direction=direction)
 
 
-def _probe(model, nodes, q0, seed, **kw):
+def _probe(model, nodes, q0, seed, direction=None, **kw):
     rows = row_index(nodes.closures)
     key = tuple(int(r) for r in rows)
     free = {i for b in model.free_roots for i in range(*model.body_slices[b])}
@@ -513,7 +515,8 @@ def _probe(model, nodes, q0, seed, **kw):
     return mobility.probe(lambda q: np.asarray(_residual_at(model, nodes, jnp.asarray(q))).reshape(-1)[rows],
                           lambda q: np.asarray(_jacobian_at(model, nodes, key, jnp.asarray(q))),
                           lambda q, dv: np.asarray(q) + np.asarray(_rates_at(model, jnp.asarray(q), jnp.asarray(dv))),
-                          np.asarray(q0, float), cols, cols, seed=seed, **kw)
+                          np.asarray(q0, float), cols, cols, seed=seed,
+                          directions=() if direction is None else (np.asarray(direction, float)[cols],), **kw)
 
 
 def loop_closures(model: Model, pairs) -> LoopClosures:
