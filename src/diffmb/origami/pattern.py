@@ -31,7 +31,7 @@ from ..closures.mobility import Mobility
 from ..closures.nodes import analyse, make_closures
 from ..system import TreeSystem
 from ..tree.model import ModelBuilder
-from . import start_state, topology as topo
+from . import rigid_repair, start_state, topology as topo
 from .contact import check_panels, check_start, cut_branches, panel_contact, start_diagnostics
 from .polygon import plate_inertia, polygon_centroid
 
@@ -145,6 +145,7 @@ class OrigamiInfo:
     hinge_names: tuple = field(default=())
     panel_outlines: tuple = field(default=())
     mobility: object = None  # diffmb.closures.mobility.Mobility at the start state
+    repaired: str | None = None  # what the build did to a pattern its file's rounding locked
 
 
 # ------------------------------------------------------------------------ build
@@ -195,9 +196,7 @@ def _node_rot(axis: np.ndarray) -> np.ndarray:
     return np.stack([axis, np.cross(e3, axis), e3])
 
 
-def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str = "projection",
-          baumgarte=(0.0, 0.0), tau_fn=None, forcing=None, gravity=(0.0, 0.0, 0.0),
-          projection_iterations: int = 3, potential_fn=None, contact=None):
+def build(pattern: CreasePattern, *, repair: bool = True, **options):
     """Compile ``pattern`` into a :class:`~diffmb.system.TreeSystem` with closures.
 
     Returns ``(system, info)``; ``info`` is an :class:`OrigamiInfo`. The initial state
@@ -206,8 +205,101 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
     ``tau_fn``/``forcing``/``potential_fn``: extra hinge models (see
     :mod:`diffmb.origami.hinges`), passed to the :class:`~diffmb.system.TreeSystem`.
     ``contact``: a :class:`~diffmb.origami.contact.ContactOptions` (``forces=False``: the
-    detector alone, the paper's model exactly) or None (neither).
+    detector alone, the paper's model exactly) or None (neither). ``repair``: a pattern
+    that builds locked is moved to the nearest rigidly foldable geometry where that
+    moves no vertex by more than the closure tolerance (files round their coordinates:
+    :mod:`diffmb.origami.rigid_repair`); a note says by how much. Other keywords:
+    ``free_root, stabilization, baumgarte, tau_fn, forcing, gravity,
+    projection_iterations, potential_fn, contact``.
     """
+    error = None
+    try:
+        (system, info), said = _recorded(_build, pattern, **options)
+        locked = bool(info.n_p) and info.mobility.locked
+    except start_state.CannotFold as e:   # asked to fold by drivers, and the probe finds no way
+        locked, error, said = True, e, []
+    if repair and locked:
+        fixed, why, folds = _repaired(pattern)
+        if fixed is not None:
+            try:
+                (system2, info2), again = _recorded(_build, fixed, probe=folds, **options)
+            except start_state.CannotFold:
+                info2 = None
+            if info2 is not None and not info2.mobility.locked:
+                # the loader's notes, what the repair did, then the repaired build's own
+                loader = [w for w in again if str(w[0]) in fixed.notes]
+                _replay([*loader, (why, start_state.PatternNote), *(w for w in again if w not in loader)])
+                return system2, dataclasses.replace(info2, repaired=why)
+            why = f"the nearest geometry that folds rigidly at three depths ({why}) still builds locked"
+        if error is not None:
+            raise start_state.CannotFold(f"{error}; {why}") from None
+        said = [(start_state.LockedPattern(f"{m}; {why}") if issubclass(c, start_state.LockedPattern) else m, c)
+                for m, c in said]
+    if error is not None:
+        raise error
+    _replay(said)
+    return system, info
+
+
+def _recorded(fn, *args, **kwargs) -> tuple:
+    """``(fn(...), [(message, category), ...])``: the warnings it gave, held back."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    return out, [(w.message, w.category) for w in said]
+
+
+def _replay(said) -> None:
+    for message, category in said:
+        warnings.warn(message, category, stacklevel=3)
+
+
+def _repaired(pattern: CreasePattern) -> tuple:
+    """``(pattern, what, folds)``: ``pattern`` moved to the nearest rigidly foldable
+    geometry (:func:`~diffmb.origami.rigid_repair.nearest_rigid`), what that did and the
+    folded states it found (each crease label: angle, the shallowest first), or ``(None, why not, None)``
+    where that needs more than the closure tolerance or finds nothing."""
+    if any(p.thickness or p.base is not None for p in pattern.panels):
+        return None, "thick panels are not repaired", None
+    index = {p.name: k for k, p in enumerate(pattern.panels)}
+    side = {"M": -1.0, "V": 1.0}
+    found = rigid_repair.nearest_rigid(
+        [np.asarray(p.vertices, float) for p in pattern.panels],
+        [(index[c.a], index[c.b], c.p1, c.p2, side.get(c.kind, 0.0)) for c in pattern.creases],
+        index[pattern.root])
+    size = _size(pattern)
+    tol = start_state.CLOSURE_TOL if pattern.closure_tol is None else pattern.closure_tol
+    if found is None:
+        return None, "no nearby geometry that folds rigidly was found", None
+    if found.moved > tol * size:
+        return None, (f"the nearest geometry that folds rigidly moves a vertex by {found.moved:.3g} m, "
+                      f"more than the closure tolerance {tol:g} x size {size:.4g} m (not applied)"), None
+    against = sorted({c.label for state in found.folds for c, a in zip(pattern.creases, state)
+                      if c.kind in side and a * side[c.kind] < -1e-6})
+    if against:   # a square twist folds rigidly with another assignment, not with its own
+        shown = ", ".join(against[:6]) + (" ..." if len(against) > 6 else "")
+        return None, (f"the nearest geometry that folds rigidly does so only with crease(s) {shown} against "
+                      "their mountain/valley assignment (not applied)"), None
+    panels = []
+    for p, v in zip(pattern.panels, found.vertices):
+        shift = np.mean(v - np.asarray(p.vertices, float), axis=0)
+        com = None if p.com is None else np.asarray(p.com, float) + shift
+        panels.append(dataclasses.replace(p, vertices=v, com=com))
+    creases = [dataclasses.replace(c, p1=found.point(c.p1), p2=found.point(c.p2)) for c in pattern.creases]
+    what = (f"the pattern builds locked as its file gives it (its coordinates are rounded: its folded states "
+            f"miss closing by {found.residual:.3g} m); moved its vertices by at most {found.moved:.3g} m "
+            f"({found.moved / size:.2g} of its size) to the nearest rigidly foldable geometry")
+    folds = [{c.label: f for c, f in zip(pattern.creases, state)} for state in found.folds]
+    return dataclasses.replace(pattern, panels=panels, creases=creases), what, folds
+
+
+def _build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str = "projection",
+           baumgarte=(0.0, 0.0), tau_fn=None, forcing=None, gravity=(0.0, 0.0, 0.0),
+           projection_iterations: int = 3, potential_fn=None, contact=None, probe=None):
+    """:func:`build` without the repair; ``probe``: folded states (each crease label:
+    angle), the shallowest first, on the branch of the pattern's assignment: the mobility
+    probe tries the first's direction first (else the assignment's), and a driven start
+    that does not close from its guess is continued from them (:func:`start_state.close`)."""
     _validate(pattern)
     creases = {frozenset((c.a, c.b)): c for c in pattern.creases}
     if len(creases) != len(pattern.creases):
@@ -256,16 +348,28 @@ def build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str 
         mobility = Mobility(dof=len(hinge_names), infinitesimal=len(hinge_names), rank=0, rows=0, n=len(hinge_names))
     else:
         joint_of = {c.label: name for c, name in zip(tree_creases, hinge_names)}
+        side = {"M": -1.0, "V": 1.0}
+        direction = np.zeros(model.nv)   # the folding motion the assignment points to, probed first
+        for c, ch in zip(tree_creases, (ch for _, ch in tp.tree_edges)):
+            direction[model.body_slices[model.body_index(ch)][0]] = (side.get(c.kind, 0.0) if probe is None
+                                                                     else probe[0][c.label])
+        seeds = []
+        for state in probe or ():
+            seed = np.array(q0, float)
+            for c, ch in zip(tree_creases, (ch for _, ch in tp.tree_edges)):
+                seed[model.body_slices[model.body_index(ch)][0]] = state[c.label]
+            seeds.append(seed)
         q0, notes = start_state.close(
             model, closures, q0, size=_size(pattern), tol=pattern.closure_tol,
             hold=[f"{root.name}_free"] if free_root else [], joints=hinge_names,
             hinge_cols=[model.body_slices[model.body_index(ch)][0] for _, ch in tp.tree_edges],
-            labels=[c.label for c in tree_creases],
+            labels=[c.label for c in tree_creases], direction=direction, seeds=seeds,
             drive=None if pattern.drive is None else tuple(joint_of[d] for d in pattern.drive))
         for note in notes:
             warnings.warn(note, start_state.PatternNote, stacklevel=2)
         tol = start_state.CLOSURE_TOL if pattern.closure_tol is None else pattern.closure_tol
-        closures = dataclasses.replace(closures, report=analyse(model, q0, closures,
+        toward = direction - q0 if probe is not None else direction
+        closures = dataclasses.replace(closures, report=analyse(model, q0, closures, direction=toward,
                                                                 check_tol=max(1e-6, tol * _size(pattern))))
         mobility = closures.report.mobility
         if mobility.locked:

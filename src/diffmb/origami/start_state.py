@@ -33,11 +33,19 @@ from ..closures.nodes import _jacobian_at, _rates_at, _residual_at, row_index, r
 #: Default closure tolerance, relative to the pattern's size (its bounding-box
 #: diagonal): other tools write vertices to 6-7 significant digits.
 CLOSURE_TOL = 1e-5
+#: Steps of the continuation from flat when a driven state does not close from its guess.
+CONTINUATION_STEPS = 8
+GROWTH = 1.5
 
 
 class PatternNote(UserWarning):
     """Something the loader or the build did on its own, or found: a plane fitted, a
     folded form developed, a start state closed, a crease on the wrong branch."""
+
+
+class CannotFold(ValueError):
+    """Asked to fold a pattern by driving creases, and no folding motion from flat was
+    found (mobility 0)."""
 
 
 class LockedPattern(PatternNote):
@@ -62,11 +70,13 @@ def _changes(q0, q, names) -> str:
 
 
 def close(model, closures, q0, *, size: float, tol: float | None, hold: list, joints, hinge_cols, labels,
-          drive=None) -> tuple:
+          drive=None, direction=None, seeds=()) -> tuple:
     """``(q, notes)``: the start state closed (module docstring). ``hold``: joints never
     moved (the free root); ``joints``/``hinge_cols``/``labels``: each tree crease's joint
     name, coordinate and label; ``drive``: None, or the driving creases' joint names
-    (``()``: chosen here)."""
+    (``()``: chosen here, probing ``direction`` (rates) first: :func:`auto_drivers`);
+    ``seeds``: closed states on the pattern's branch (full configurations) that a driven
+    state which does not close from its guess is continued from, before the probe's."""
     tol = CLOSURE_TOL if tol is None else float(tol)
     if not (math.isfinite(tol) and tol >= 0):
         raise ValueError(f"closure_tol must be a non-negative number, got {tol!r}")
@@ -95,21 +105,68 @@ def close(model, closures, q0, *, size: float, tol: float | None, hold: list, jo
                          f"more than the closure tolerance {tol:g} x size {size:.4g} m = {tol * size:.3g} m; "
                          f"{nearest}. Start from it with a larger closure_tol, or fold by driving creases "
                          f"(--fold-fraction FRACTION --drive e<i>,...)")
-    drivers = list(drive) or [joints[k] for k in auto_drivers(model, closures, q0, hinge_cols)]
+    start = None
+    if drive:
+        drivers = list(drive)
+    else:
+        chosen, start = auto_drivers(model, closures, q0, hinge_cols, direction)
+        drivers = [joints[k] for k in chosen]
     try:
         q = np.asarray(assemble(model, closures, q0, fixed=[*hold, *drivers])[0])
     except ValueError as e:
-        raise ValueError(f"no rigid folded state holds the driving creases at these angles "
-                         f"({', '.join(drivers)}): {str(e).removeprefix('assemble: ')}") from None
+        driver_cols = [hinge_cols[joints.index(d)] for d in drivers]
+        q = None
+        target = np.asarray(q0, float)[driver_cols]
+        nearest = sorted(seeds, key=lambda x: abs(np.asarray(x)[driver_cols] @ target / (target @ target) - 1.0))
+        for seed in [*nearest, *([] if start is None else [start])]:
+            q = _continued(model, closures, q0, [*hold, *drivers], hinge_cols, driver_cols, seed)
+            if q is not None:
+                break
+        if q is None:
+            raise ValueError(f"no rigid folded state holds the driving creases at these angles "
+                             f"({', '.join(drivers)}): {str(e).removeprefix('assemble: ')}") from None
     shown = [labels[joints.index(d)] for d in drivers]
     return q, [f"folded by the driving creases {', '.join(shown)}; the others closed by the loop-closure solve: "
                + (_changes(q0[hinge_cols], q[hinge_cols], labels) or "no angle changed")]
 
 
-def auto_drivers(model, closures, q0, hinge_cols) -> list:
+def _continued(model, closures, q0, fixed, hinge_cols, driver_cols, start, steps: int = CONTINUATION_STEPS):
+    """The driven state of ``q0``'s driver angles reached from ``start`` (a closed state
+    near flat on the folding motion, as the mobility probe lands) in steps of the
+    drivers that grow by at most ``GROWTH`` at a time (the motion near flat is curved:
+    a Miura-ori's zig-zag creases turn as the square of its straight ones) and are at
+    most ``1 / steps`` of the way; each solve starting from the last two states extrapolated (a
+    secant predictor) with the drivers set: for a guess too far from the folded state
+    for one solve (a Miura-ori's straight and zig-zag creases fold at very different
+    rates, and "every crease at 30 %" is far from either). None if a step fails or the
+    start lies on the other side of flat. A start beyond the drivers' angles is continued
+    back to them in the same way."""
+    q0 = np.asarray(q0, float)
+    cols, drivers = np.asarray(hinge_cols, int), np.asarray(driver_cols, int)
+    target = q0[drivers]
+    prev = q0.copy()
+    prev[cols] = 0.0
+    q = np.asarray(start, float)
+    s_prev, s = 0.0, float(q[drivers] @ target / (target @ target))
+    if not s > 0.0:
+        return None
+    while s != 1.0:
+        s_next = min(1.0, GROWTH * s, s + 1.0 / steps) if s < 1.0 else max(1.0, s - 1.0 / steps)
+        guess = q + (q - prev) * (s_next - s) / (s - s_prev)
+        guess[drivers] = s_next * target
+        try:
+            prev, q = q, np.asarray(assemble(model, closures, guess, fixed=fixed)[0])
+        except ValueError:
+            return None
+        s_prev, s = s, s_next
+    return q
+
+
+def auto_drivers(model, closures, q0, hinge_cols, direction=None) -> tuple:
     """One driving crease per degree of freedom of the folding motion from flat: the
     indices (into ``hinge_cols``) of the tree creases that move most along its tangent
-    (greedy pivoting)."""
+    (greedy pivoting), and the closed state near flat the probe found on that motion.
+    ``direction`` (rates): a folding motion probed first."""
     flat = np.asarray(q0, float).copy()
     flat[hinge_cols] = 0.0
     rows = row_index(closures.closures)
@@ -119,13 +176,14 @@ def auto_drivers(model, closures, q0, hinge_cols) -> list:
     jac = lambda q: np.asarray(_jacobian_at(model, closures, key, q))
     step = lambda q, dv: np.asarray(q) + np.asarray(_rates_at(model, q, dv))
     best = None
-    for q in mob.landings(res, jac, step, flat, cols, cols):
+    first = () if direction is None else (np.asarray(direction, float)[cols],)
+    for q in mob.landings(res, jac, step, flat, cols, cols, directions=first):
         G = jac(q)[:, cols]
         dof = len(cols) - mob.rank(G)
         if best is None or dof > best[0]:
-            best = (dof, mob.null_space(G, dof))
+            best = (dof, mob.null_space(G, dof), q)
     if best is None or best[0] == 0:
-        raise ValueError("--fold-fraction: the pattern cannot fold rigidly from flat (mobility 0), so no driving "
+        raise CannotFold("--fold-fraction: the pattern cannot fold rigidly from flat (mobility 0), so no driving "
                          "crease can fold it")
     N = best[1].copy()
     chosen = []
@@ -134,7 +192,7 @@ def auto_drivers(model, closures, q0, hinge_cols) -> list:
         chosen.append(k)
         v = N[k] / np.linalg.norm(N[k])
         N = N - np.outer(N @ v, v)
-    return chosen
+    return chosen, best[2]
 
 
 def branch_warnings(creases: list, angles: np.ndarray, overlap: tuple | None = None) -> list:
