@@ -137,3 +137,30 @@ def test_a_large_rounded_miura_folds_on_its_assignments_branch_from_the_command_
     assert info.repaired is not None and info.mobility.dof == 1
     assert any("folded by the driving creases" in n for n in notes)
     assert not any("against its assignment" in n for n in notes)
+
+
+def test_a_cut_crease_that_starts_off_flat_is_unwrapped_about_its_own_angle():
+    """The detector unwraps crease angles in time about their start branch. A cut crease
+    folded flat needs its side from the motion; one that is not takes its geometric
+    angle, whatever its declared fold (a guess the closure solve moved): before, every
+    cut crease was referred to +-180 deg, and one that started near 0 against its
+    declared sign read as 360 deg."""
+    import jax.numpy as jnp
+
+    from diffmb.origami.contact import ContactOptions, PanelContact
+    from diffmb.tree.kinematics import kinematics
+
+    pattern = load_fold(rounded_miura(), fold_fraction=0.1, drive=())
+    system, _, _ = _built(pattern, contact=ContactOptions(forces=False))
+    element = next(e for e in system.elements if isinstance(e, PanelContact))
+    params = system.default_params()
+    q0, _ = system.split(system.init_state(params))
+    start = np.asarray(element.geometric_cut_angles(kinematics(params["model"], q0), element.numbers))
+    assert len(start) and np.all(np.abs(np.abs(start) - np.pi) > 1e-3)   # none starts flat
+    np.testing.assert_allclose(element.cut_folds, start, atol=1e-12)
+    # the run's angles, unwrapped about it, stay where they are (about +-pi, a crease near 0
+    # against the sign it was referred to moved by a full turn)
+    theta = np.zeros((3, len(element.tree_creases) + len(start)))
+    theta[:, len(element.tree_creases):] = start
+    out = np.asarray(element.unwrapped(jnp.asarray(theta), jnp.ones(3, bool)))
+    np.testing.assert_allclose(out, theta, atol=1e-12)
