@@ -114,6 +114,7 @@ def test_a_pattern_that_cannot_fold_is_not_repaired_and_says_why():
     assert "not applied" in locked[0] or "no nearby geometry" in locked[0]
 
 
+@pytest.mark.slow  # 16 s, a run's compile: the default tests check the same repair through build()
 def test_the_cli_runs_the_rounded_file_repaired(tmp_path, capsys):
     path = tmp_path / "miura.fold"
     path.write_text(json.dumps(rounded_miura()))
