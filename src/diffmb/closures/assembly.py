@@ -309,8 +309,10 @@ def assemble(model: Model, loops: cl.LoopClosures, q_guess: ArrayLike | None = N
         q, r = q_new, r_new
     if not np.abs(r).max() <= max(tol, 1e-9):
         labels = cl.row_labels(loops.closures)
-        worst = sorted({labels[i].split(":")[0] for i in np.flatnonzero(np.abs(r) > 1e-9)})
-        raise ValueError(f"assemble: closure(s) {', '.join(map(repr, worst))} stay open (residual "
+        open_ = np.flatnonzero(np.abs(r) > 1e-9)
+        worst = list(dict.fromkeys(labels[i].split(":")[0] for i in open_[np.argsort(-np.abs(r[open_]))]))
+        named = ", ".join(map(repr, worst[:6])) + (f" and {len(worst) - 6} more" if len(worst) > 6 else "")
+        raise ValueError(f"assemble: closure(s) {named} stay open (residual "
                          f"{np.abs(r).max():.3g}) after {max_iter} Gauss-Newton steps; start from a "
                          f"guess nearer a closed configuration, or hold fewer joints fixed")
     q = _near(model, q, guess, free)
