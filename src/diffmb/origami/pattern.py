@@ -217,7 +217,7 @@ def build(pattern: CreasePattern, *, repair: bool = True, **options):
         (system, info), said = _recorded(_build, pattern, **options)
         locked = bool(info.n_p) and info.mobility.locked
     except start_state.CannotFold as e:   # asked to fold by drivers, and the probe finds no way
-        locked, error, said = True, e, []
+        locked, error, said = True, e, e.said
     if repair and locked:
         fixed, why, folds = _repaired(pattern)
         if fixed is not None:
@@ -232,21 +232,36 @@ def build(pattern: CreasePattern, *, repair: bool = True, **options):
                 return system2, dataclasses.replace(info2, repaired=why)
             why = f"the nearest geometry that folds rigidly at three depths ({why}) still builds locked"
         if error is not None:
+            _replay(said)
             raise start_state.CannotFold(f"{error}; {why}") from None
         said = [(start_state.LockedPattern(f"{m}; {why}") if issubclass(c, start_state.LockedPattern) else m, c)
                 for m, c in said]
+    _replay(said)
     if error is not None:
         raise error
-    _replay(said)
     return system, info
 
 
 def _recorded(fn, *args, **kwargs) -> tuple:
-    """``(fn(...), [(message, category), ...])``: the warnings it gave, held back."""
-    with warnings.catch_warnings(record=True) as said:
+    """``(fn(...), [(message, category), ...])``: the warnings it gave, held back. If it
+    raises, they are given first (a refusal still follows the loader's notes), except for
+    :class:`~diffmb.origami.start_state.CannotFold`, which carries them (``said``) to a
+    repair."""
+    failure = None
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = fn(*args, **kwargs)
-    return out, [(w.message, w.category) for w in said]
+        try:
+            out = fn(*args, **kwargs)
+        except start_state.CannotFold as e:
+            e.said = [(w.message, w.category) for w in caught]
+            raise
+        except Exception as e:   # given back below, after its warnings
+            failure = e
+    said = [(w.message, w.category) for w in caught]
+    if failure is not None:
+        _replay(said)
+        raise failure
+    return out, said
 
 
 def _replay(said) -> None:
