@@ -165,3 +165,13 @@ def test_a_cut_crease_that_starts_off_flat_is_unwrapped_about_its_own_angle():
     theta[:, len(element.tree_creases):] = start
     out = np.asarray(element.unwrapped(jnp.asarray(theta), jnp.ones(3, bool)))
     np.testing.assert_allclose(out, theta, atol=1e-12)
+
+
+def test_a_refused_build_still_gives_the_notes_before_its_error():
+    # the build holds its warnings back while it may repair; a refusal must not lose them
+    from test_fold_files import vertex_fold
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="every crease of the loop"):
+            build(load_fold(vertex_fold(), fold_fraction=0.3, drive=["e0", "e1", "e2", "e3"]))
+    assert any("faces derived from the planar graph" in str(w.message) for w in caught)
