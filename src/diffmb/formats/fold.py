@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..origami.pattern import Crease, CreasePattern, Panel
-from ..origami.polygon import plate_inertia, polygon_area, polygon_centroid
+from ..origami.polygon import plate_inertia, polygon_area, polygon_centroid, polygon_signed_area
 from . import fold_develop as dev, fold_frames as ff, planar_faces as planar
 
 ASSIGNMENT_ORDER = ("B", "M", "V", "F", "U", "C", "J")
@@ -717,11 +717,6 @@ def _outline(faces, members, V, g):
     if len(loop) != len(nxt):
         raise ValueError(f"faces_vertices[{g}]: faces welded by F edges enclose a hole or are not one panel")
     return V[loop]
-
-
-def polygon_signed_area(v) -> float:
-    x, y = v[:, 0], v[:, 1]
-    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
 
 
 # --------------------------------------------------------------------------- writing

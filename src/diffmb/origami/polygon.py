@@ -16,9 +16,14 @@ def polygon_centroid(v: np.ndarray) -> np.ndarray:
     return np.array([((x + xn) * cr).sum() / (6 * A), ((y + yn) * cr).sum() / (6 * A), 0.0])
 
 
-def polygon_area(v: np.ndarray) -> float:
+def polygon_signed_area(v: np.ndarray) -> float:
+    """The shoelace area of a planar polygon: positive for counter-clockwise vertices."""
     x, y = v[:, 0], v[:, 1]
-    return abs((x * np.roll(y, -1) - np.roll(x, -1) * y).sum()) / 2
+    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
+
+
+def polygon_area(v: np.ndarray) -> float:
+    return abs(polygon_signed_area(v))
 
 
 def plate_inertia(v: np.ndarray, mass: float) -> np.ndarray:

@@ -41,6 +41,8 @@ import networkx as nx
 import numpy as np
 from scipy.spatial import cKDTree
 
+from .polygon import polygon_signed_area
+
 #: The fold depths of the folded states: each as if every crease were at
 #: ``fraction * pi`` on its assignment's side, in the root-mean-square sense.
 FRACTIONS = (0.05, 0.15, 0.3)
@@ -68,11 +70,6 @@ class Repair:
         """The repaired position of flat point ``p`` (a panel vertex or crease end)."""
         p = np.asarray(p, float)
         return np.r_[self._new[self._tree.query(p[:2])[1]], p[2:]]
-
-
-def _signed_area(V) -> float:
-    x, y = V[:, 0], V[:, 1]
-    return 0.5 * float(np.sum(x * np.roll(y, -1) - np.roll(x, -1) * y))
 
 
 def _sector(X, s) -> float:
@@ -144,7 +141,7 @@ class _Problem:
         for v in outlines:
             idx = self.comp[first:first + len(v)]
             first += len(v)
-            ccw = _signed_area(self.X0[idx]) > 0
+            ccw = polygon_signed_area(self.X0[idx]) > 0
             for j in range(len(idx)):
                 a, b = idx[j - 1], idx[(j + 1) % len(idx)]
                 by_vertex.setdefault(int(idx[j]), []).append((int(idx[j]), int(b), int(a)) if ccw else

@@ -33,7 +33,9 @@ from ..closures.nodes import _jacobian_at, _rates_at, _residual_at, row_index, r
 #: Default closure tolerance, relative to the pattern's size (its bounding-box
 #: diagonal): other tools write vertices to 6-7 significant digits.
 CLOSURE_TOL = 1e-5
-#: Steps of the continuation from flat when a driven state does not close from its guess.
+#: A driven state that does not close from its guess is continued to it in steps of at
+#: most ``1 / CONTINUATION_STEPS`` of the way, each multiplying the drivers by at most
+#: ``GROWTH`` (:func:`_continued`).
 CONTINUATION_STEPS = 8
 GROWTH = 1.5
 
@@ -117,6 +119,8 @@ def close(model, closures, q0, *, size: float, tol: float | None, hold: list, jo
         driver_cols = [hinge_cols[joints.index(d)] for d in drivers]
         q = None
         target = np.asarray(q0, float)[driver_cols]
+        if not target @ target > 0:       # the drivers at flat: nothing to continue towards
+            seeds, start = (), None
         nearest = sorted(seeds, key=lambda x: abs(np.asarray(x)[driver_cols] @ target / (target @ target) - 1.0))
         for seed in [*nearest, *([] if start is None else [start])]:
             q = _continued(model, closures, q0, [*hold, *drivers], hinge_cols, driver_cols, seed)
