@@ -813,9 +813,10 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
     does not move a crease, its declared fold decides. (The map-fold generator's folds of
     the cut creases are not flat-foldable in general, Maekawa's ``|M - V| = 2`` fails at
     its vertices: the fold-4panel's map has two of each; the motion's sides are.) A cut
-    crease that does not start flat keeps its geometric angle: its declared fold may be a
-    guess the closure solve moved (``--fold-fraction``), and unwrapping the run's angles
-    about a reference half a turn away would add a full turn."""
+    crease that does not start flat is referred to the quarter turn nearest its geometric
+    angle: its declared fold may be a guess the closure solve moved (``--fold-fraction``),
+    and unwrapping the run's angles about a reference half a turn away would add a full
+    turn."""
     from ..tree.kinematics import kinematics
 
     x0 = system.init_state(params)
@@ -834,7 +835,11 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
         theta = np.asarray(element.geometric_cut_angles(ws, p))
         moved = np.abs(np.abs(theta) - np.pi) > 1e-9
         sides = np.where(folded & moved, np.sign(theta), sides)
-    return tuple(float(np.pi * s) if f else float(a) for s, f, a in zip(sides, folded, theta0))
+    # off flat, the nearest quarter turn: within an eighth of a turn of the start, so the
+    # unwrapping holds, and the same for nearby starts (the element is static: a sweep over
+    # a start fold keeps one program)
+    quarter = np.pi / 2 * np.round(theta0 / (np.pi / 2))
+    return tuple(float(np.pi * s) if f else float(a) for s, f, a in zip(sides, folded, quarter))
 
 
 def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> PanelContact:
