@@ -86,3 +86,44 @@ def test_overlap_depth_apart_touching_stacked_and_crossing():
     plate = jnp.array([[-0.3, 0, -0.2], [0.3, 0, -0.2], [0.3, 0, 0.3], [-0.3, 0, 0.3]])               # through it
     assert float(geo.overlap_depth(A, MASK, plate, MASK)) == pytest.approx(0.2)
     assert float(geo.overlap_depth(A, MASK, plate + jnp.array([[1.5, 0.0, 0.0]]), MASK)) == pytest.approx(-0.2)
+
+
+def _rigid(V, theta):
+    """``V`` turned by the rotation vector ``theta[:3]`` (Rodrigues) and moved by ``theta[3:]``."""
+    w = theta[:3]
+    a = jnp.sqrt(jnp.sum(w * w))
+    k = w / a
+    K = jnp.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    R = jnp.eye(3) + jnp.sin(a) * K + (1.0 - jnp.cos(a)) * K @ K
+    return V @ R.T + theta[3:][None, :]
+
+
+@pytest.mark.parametrize("shape", ["square", "triangle"])
+def test_distance_derivatives_by_the_nearest_point_match_central_differences(shape):
+    """The distances are differentiated with the nearest points held fixed (Danskin): their
+    gradient and its derivative (the contact force's Jacobian, which reverse mode through
+    a run needs) against central differences of the distance itself, for a polygon moved
+    rigidly and a point moved freely, over the face, beside an edge and off a corner."""
+    V0, m = ((_square(0.5, 0.5, 0.5), MASK) if shape == "square" else
+             (jnp.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0]]), jnp.array([True, True, True, False])))
+    f = lambda th, p: geo.point_polygon_distance(p + th[6:], _rigid(V0, th[:6]), m)
+    rng = np.random.default_rng(3)
+    h = 1e-5
+    for p in ([0.3, 0.2, 0.4], [1.4, 0.3, -0.2], [1.3, 1.6, 0.5], [-0.4, -0.3, 0.1]):
+        p = jnp.asarray(p)
+        th = jnp.asarray(np.concatenate([rng.normal(size=3) * 0.05 + 0.01, rng.normal(size=6) * 0.02]))
+        g = jax.grad(f)(th, p)
+        H = jax.jacfwd(jax.grad(f))(th, p)
+        eye = np.eye(9)
+        g_fd = np.array([(f(th + h * e, p) - f(th - h * e, p)) / (2 * h) for e in eye])
+        H_fd = np.array([(jax.grad(f)(th + h * e, p) - jax.grad(f)(th - h * e, p)) / (2 * h) for e in eye])
+        np.testing.assert_allclose(g, g_fd, atol=1e-9)
+        np.testing.assert_allclose(H, H_fd, atol=1e-6)
+    s = lambda x: geo.segment_distance(x[0:3], x[3:6], x[6:9], x[9:12])
+    for x in (rng.normal(size=12) for _ in range(4)):
+        x = jnp.asarray(x)
+        eye = np.eye(12)
+        g_fd = np.array([(s(x + h * e) - s(x - h * e)) / (2 * h) for e in eye])
+        H_fd = np.array([(jax.grad(s)(x + h * e) - jax.grad(s)(x - h * e)) / (2 * h) for e in eye])
+        np.testing.assert_allclose(jax.grad(s)(x), g_fd, atol=1e-9)
+        np.testing.assert_allclose(jax.hessian(s)(x), H_fd, atol=1e-6)
