@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -47,7 +48,8 @@ from ..origami.contact import PSI_HAT, ContactOptions
 from ..origami.generators import miura, scheel
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
-from ..origami.start_state import CLOSURE_TOL
+from ..origami.start_state import CLOSURE_TOL, PatternNote
+from ..origami.stow import stow
 from .files import existing
 from .scenario import REGISTRY, Scenario, register, set_anywhere
 
@@ -170,9 +172,12 @@ def hinge_set(pattern, v):
 #: 1 on, 0 the paper's model (the detector still reports); ``contact_kappa`` a factor on
 #: the default stiffnesses; ``contact_psi`` [rad] and ``contact_dhat`` [m, 0: 1e-3 of the
 #: panel size] the barriers' reaches; ``contact_thickness`` [m]; ``contact_damping``
-#: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping.
+#: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping; ``contact_stow``: 0
+#: starts from the pattern's stack as it is, ``G > 0`` from the nearest closed state whose
+#: stacked layers are ``thickness + G dhat`` apart (:func:`stowed`).
 CONTACT_DEFAULTS = {"contact": 0.0, "contact_kappa": 1.0, "contact_psi": PSI_HAT, "contact_dhat": 0.0,
-                    "contact_thickness": 0.0, "contact_damping": 0.0, "contact_crease_damping": 0.0}
+                    "contact_thickness": 0.0, "contact_damping": 0.0, "contact_crease_damping": 0.0,
+                    "contact_stow": 0.0}
 
 
 def contact_options(v) -> ContactOptions:
@@ -190,6 +195,21 @@ def contact_options(v) -> ContactOptions:
                           psi_hat=v.get("contact_psi", PSI_HAT), dhat=dhat if dhat > 0 else None,
                           thickness=v.get("contact_thickness", 0.0), damping=v.get("contact_damping", 0.0),
                           crease_damping=v.get("contact_crease_damping", 0.0))
+
+
+def stowed(system, params, v):
+    """``params`` with the start state stowed (:func:`diffmb.origami.stow.stow`) when
+    ``contact_stow`` > 0: every two stacked panels that share no vertex ``contact_thickness
+    + contact_stow x dhat`` apart in their layer order, the closures kept; a note says what
+    moved. A multiple of the barrier's reach, so one value (2: the stack starts outside
+    every barrier) serves every pattern."""
+    g = v.get("contact_stow", 0.0)
+    if not g:
+        return params
+    p = params["elements"][0]
+    done = stow(system, params, float(p["thickness"]) + g * float(p["dhat"]))
+    warnings.warn(done.summary(), PatternNote, stacklevel=2)
+    return {**params, "q0": jnp.asarray(done.q, params["q0"].dtype)}
 
 
 def _build(name, v, stabilization):
@@ -228,6 +248,7 @@ def _maker(name):
         params = system.default_params()
         # the stowed package's release rate about the root panel's normal: a rigid rotation,
         # so the closures' velocity constraints hold
+        params = stowed(system, params, v)
         params["qd0"] = params["qd0"].at[2].set(v["spin"])
         if v["latch"] >= 0:
             params["forcing"] = {**params["forcing"], "stop": _latched(system, params, v["latch"])}
@@ -395,7 +416,7 @@ def fold_scenario(path, *, frame=None, fold=None, drive=None) -> Scenario:
     def make(v, stabilization):
         pattern = load_pattern(path, v, frame=frame, fold=fold, drive=drive)
         system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v), contact=contact_options(v))
-        return system, system.default_params()
+        return system, stowed(system, system.default_params(), v)
 
     stem = os.path.splitext(os.path.basename(path))[0] or "fold"
     kind = "SVG" if path.lower().endswith(".svg") else "FOLD"
