@@ -373,7 +373,7 @@ class TreeSystem(System):
     @sp.jit_per_form
     def step_fraction(self, x0, x1, params):
         model = params["model"]
-        ws0, ws1 = (kinematics(model, *self.split(x)) for x in (x0, x1))
+        ws0, ws1 = (kinematics(model, self.split(x)[0]) for x in (x0, x1))   # poses: no speeds
         out = jnp.asarray(jnp.inf, x0.dtype)
         for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"]):
             if e.limits_steps:
@@ -444,7 +444,7 @@ class TreeSystem(System):
             q, qd = cs.project_state(model, q, qd, params["closures"], iterations,
                                      keep_momentum=model.floating_base)
         if self._element_states:
-            ws = kinematics(model, q, qd)
+            ws = kinematics(model, q)
             zs = [e.correct_states(model, ws, z, p)
                   for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
             x = jnp.concatenate([q, qd] + zs)

@@ -436,17 +436,17 @@ class PanelContact(ForceElement):
         theta = self.crease_angles(ws, z, p)
         if theta.shape[0]:
             out["crease_angle"] = theta
-        if self.pairs:
+        P = bound = None
+        if self.pairs:   # one pass over the panels for the detector and the barrier's figures
             P = self.vertices(ws, p)
-            bound = None
+            bound = self._pair_bounds(P, p)
             if len(self.pairs) > DETECT_CAPACITY:
-                bound = self._pair_bounds(P, p)
                 out["panel_overlap_unchecked"] = jnp.sum(bound <= 0.0).astype(P.dtype) - DETECT_CAPACITY
             pick, depth = self._overlaps(P, p, bound)
             out["panel_overlap"] = jnp.max(depth)
             out["panel_overlap_pair"] = pick[jnp.argmax(depth)].astype(P.dtype)
         if self.forces:
-            out["contact_energy"] = self.energy(model, ws, z, p)
+            energy = self._crease_energy(theta, p, self._budget(z))
             out["crease_margin"] = jnp.min(jnp.pi + p["psi_hat"] - jnp.abs(theta)) if theta.shape[0] else \
                 jnp.asarray(jnp.inf, ws.pos.dtype)
             active = jnp.zeros((), bool)
@@ -455,15 +455,14 @@ class PanelContact(ForceElement):
                 out["crease_torque"] = jnp.max(jnp.abs(torque))
                 active = jnp.any(jnp.abs(theta) > jnp.pi + 1e-6 * p["psi_hat"])
             if self.pairs:
-                P = self.vertices(ws, p)
-                bound = self._pair_bounds(P, p)
                 active = active | jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
-            out["contact_active"] = active.astype(ws.pos.dtype)
-            if self.pairs:
-                _, gap, overflow, terms = self._panel_terms(self.vertices(ws, p), z, p)
+                panel_energy, gap, overflow, terms = self._panel_terms(P, z, p, bound)
+                energy = energy + panel_energy
                 out["contact_gap"] = gap
                 out["contact_force"] = jnp.max(self._primitive_forces(z, p, *terms))
                 out["contact_overflow"] = jnp.asarray(overflow, ws.pos.dtype)
+            out["contact_energy"] = energy
+            out["contact_active"] = active.astype(ws.pos.dtype)
         return out
 
     def panel_fields(self, model, ws, z, p, capacity: int = DETECT_CAPACITY):

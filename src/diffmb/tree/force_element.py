@@ -70,7 +70,8 @@ class ForceElement(eqx.Module):
         return False
 
     def step_fraction(self, model, ws0, z0, ws1, params):
-        """How much of a step from state ``ws0`` (own states ``z0``) to ``ws1`` the element admits: at least 1
+        """How much of a step from state ``ws0`` (own states ``z0``) to ``ws1`` (both poses
+        only, no speeds) the element admits: at least 1
         admits it whole; below 1, that fraction of it, so that no step jumps over the
         element's forces (contact: no step carries two panels together by more than
         their distance to the barrier's reach). ``inf`` by default."""
@@ -81,7 +82,8 @@ class ForceElement(eqx.Module):
         return self.generalized_force(model, ws, z, params), self.state_rates(model, ws, z, params)
 
     def correct_states(self, model, ws, z, params):
-        """``z`` after the tree's post-step projection (identity by default)."""
+        """``z`` after the tree's post-step projection (identity by default); ``ws``: the
+        projected poses, without speeds."""
         return z
 
     def metrics(self, diagnostics: dict, valid, params) -> dict:
