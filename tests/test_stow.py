@@ -94,6 +94,7 @@ def test_contact_admits_the_stowed_start(accordion):
     assert np.all(np.asarray(z0[len(element.cut_creases):len(element.cut_creases) + len(element.pairs)]) == 0.0)
 
 
+@pytest.mark.slow   # ~6 s; the strip above covers the same solve
 def test_a_thickness_is_added_to_the_stowed_gap():
     system, params = _make("map-fold", rows=3.0, cols=1.0, contact_thickness=0.01)
     p = params["elements"][0]
