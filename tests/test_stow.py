@@ -125,7 +125,7 @@ def test_fold_2x4_cannot_be_stowed_apart_and_says_which_layers_the_closures_hold
     still touch everywhere)."""
     system, params = _make("fold-2x4")
     element, p = system.elements[0], params["elements"][0]
-    with pytest.raises(ValueError, match=r"stow: no rigid folded state .*7/3.*loop closures hold"):
+    with pytest.raises(ValueError, match=r"stow: no rigid folded state .*7/3.*loop closures do not let"):
         st.stow(system, params, 2 * float(p["dhat"]))
     model = params["model"]
     q = np.array(params["q0"])
@@ -145,5 +145,5 @@ def test_the_cli_refuses_a_stow_the_closures_forbid_in_one_line(capsys, tmp_path
     rc = cli.main(["run", "map-fold", "--set", "rows=3", "--set", "cols=2", "--set", "contact=1",
                    "--set", "contact_stow=2", "--out", str(tmp_path)])
     err = [line for line in capsys.readouterr().err.strip().splitlines() if "error" in line]
-    assert rc == 2 and len(err) == 1 and "loop closures hold" in err[0], err
+    assert rc == 2 and len(err) == 1 and "loop closures do not let" in err[0], err
     assert not list(tmp_path.iterdir())

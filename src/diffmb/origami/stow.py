@@ -22,11 +22,13 @@ refuses it, naming the pair.
 
 **The solve.** Minimise ``|theta - theta_0|^2`` over the tree creases (the free hub
 held) subject to each stacked pair's signed separation at the corners of its overlap
-``>= gap`` and each crease's margin to flat ``>= 0``, the closure rows as a penalty of
-growing weight (sequential quadratic programming, :func:`scipy.optimize.minimize` with
-SLSQP, exact Jacobians by ``jax.jacfwd``; started from every folded crease opened by
-``gap / L`` and closed), then the closures polished by Gauss-Newton
-(:func:`~diffmb.closures.assembly.assemble`) and every gap checked again. A square map vertex is not rigidly
+``>= gap`` and each crease's margin to flat ``>= 0``, on the closures: sequential
+quadratic programming in the closures' tangent directions (the null space of their
+Jacobian, so redundant rows, which a stack has, cost nothing), each step closed again by
+Gauss-Newton (:func:`~diffmb.closures.assembly.assemble`) and kept if it lowers a merit
+with a trust region (:func:`_on_the_closures`; exact Jacobians by ``jax.jacfwd``), started
+from every folded crease opened by ``gap / L`` and closed; then every gap is checked
+again. Pairs already apart but nearer than ``gap`` count as stacked too. A square map vertex is not rigidly
 foldable in both directions at once, so the closed states near the stowed one form
 branches (the 2 x 4 map: the column crease opening, or the accordion); the solve
 picks the nearest that separates the layers.
@@ -61,8 +63,8 @@ TIE = 1e-3
 #: Two panels are stacked when their planes are this close (relative to the size) and
 #: their outlines overlap by more than this fraction of the smaller one's area.
 STACKED_PLANE, STACKED_AREA = 1e-6, 1e-6
-#: The closures' penalty weights, in turn (residuals relative to the size).
-PENALTIES = (1e2, 1e4, 1e6, 1e8)
+#: The solve's trust region [rad] and the weight of a violated gap in its merit.
+TRUST, MERIT = 0.05, 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,16 +125,18 @@ def _area(v: np.ndarray) -> float:
     return abs(0.5 * np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1]))
 
 
-def stacked_pairs(element, P: np.ndarray, size: float) -> list:
+def stacked_pairs(element, P: np.ndarray, size: float, within: float | None = None) -> list:
     """``[(pair index, overlap corners (n, 3) in world)]``: the element's pairs (panels
-    that share no vertex) lying in one plane with overlapping outlines, at world
-    vertices ``P`` (``(panels, k, 3)``)."""
+    that share no vertex) lying in one plane, or within ``within`` [m] of it, with
+    overlapping outlines (seen along the first panel's normal), at world vertices ``P``
+    (``(panels, k, 3)``)."""
+    within = STACKED_PLANE * size if within is None else max(within, STACKED_PLANE * size)
     out = []
     valid = np.asarray(element.valid, bool)
     for k, (i, j) in enumerate(element.pairs):
         Vi, Vj = P[i][valid[i]], P[j][valid[j]]
         n = np.asarray(geo.polygon_normal(jnp.asarray(P[i]), jnp.asarray(valid[i])))
-        if np.max(np.abs((Vj - Vi[0]) @ n)) > STACKED_PLANE * size:
+        if np.max(np.abs((Vj - Vi[0]) @ n)) > within:
             continue
         e1 = (Vi[1] - Vi[0]) / np.linalg.norm(Vi[1] - Vi[0])
         e2 = np.cross(n, e1)
@@ -209,8 +213,6 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
     :class:`~diffmb.origami.contact.PanelContact` element names the panels and pairs);
     ``params``: its parameters (``q0`` the start). Raises ValueError naming a pair whose
     order the creases do not say, or one the closures do not let apart."""
-    from scipy.optimize import minimize
-
     from .contact import PanelContact
 
     if not (math.isfinite(gap) and gap > 0):
@@ -227,7 +229,7 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
                             for v in np.asarray(p["vertices"])]))
     ws0 = kinematics(model, jnp.asarray(q0))
     P0 = np.asarray(element.vertices(ws0, p))
-    stacked = stacked_pairs(element, P0, size)
+    stacked = stacked_pairs(element, P0, size, within=gap)
     labels = tuple(element.pair_labels[k] for k, _ in stacked)
     th0 = q0[hinge_cols]
     moved0 = {c[2]: 0.0 for c in element.tree_creases}
@@ -260,23 +262,19 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
         cut = _cut_margins(element, p, ws, cut_sides)[np.flatnonzero(cut_flat)]
         return jnp.concatenate([gaps, cut])
 
-    eq, ineq = jax.jit(equalities), jax.jit(inequalities)
+    ineq = jax.jit(inequalities)
     deq, dineq = jax.jit(jax.jacfwd(equalities)), jax.jit(jax.jacfwd(inequalities))
-    margin = 1e-3 * gap / size      # aimed a little beyond the gap, for the polish below
-    constraints = [{"type": "ineq", "fun": lambda x: np.asarray(ineq(x)) - margin,
-                    "jac": lambda x: np.asarray(dineq(x))}]
-    bounds = [(-math.pi, math.pi) if f else (None, None) for f in tree_flat]
+    margin = 1e-3 * gap / size      # aimed a little beyond the gap, for the closing below
     hold = [n for n in model.joint_names if n not in {f"theta_{n}" for n in element.panel_names}]
     x = _opened_start(model, closures, q0, hinge_cols, tree_flat, gap / size, hold)
-    # the closure rows as a penalty of growing weight (near the stack they are redundant,
-    # more rows than creases, which SLSQP's equality constraints refuse), then polished
-    # exactly by Gauss-Newton
-    for weight in PENALTIES:
-        def f(x, w=weight):
-            r = np.asarray(eq(x))
-            return 0.5 * float(np.sum((x - th0) ** 2) + w * r @ r), (x - th0) + w * np.asarray(deq(x)).T @ r
-        x = minimize(f, x, jac=True, method="SLSQP", bounds=bounds, constraints=constraints,
-                     options={"maxiter": max_iter, "ftol": 1e-18}).x
+
+    def close(x):
+        if closures is None:
+            return x
+        return np.asarray(assemble(model, closures, q_of(x), fixed=hold)[0])[hinge_cols]
+
+    x = _on_the_closures(x, th0, lambda x: np.asarray(ineq(x)) - margin, lambda x: np.asarray(dineq(x)),
+                         None if closures is None else (lambda x: np.asarray(deq(x))), close, tree_flat, max_iter)
     q = np.asarray(q_of(x))
     if closures is not None:
         q = np.array(assemble(model, closures, q, fixed=hold)[0])
@@ -291,11 +289,74 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
         named = ", ".join(labels[k] for k in short[:6]) + (f" and {len(short) - 6} more" if len(short) > 6 else "")
         raise ValueError(
             f"stow: no rigid folded state near the stowed one puts panels {named} {gap:.3g} m apart: the loop "
-            "closures hold these layers together (a zero-thickness map fold opens only along the fold made "
-            "last, and its other layers stay touching until that fold is flat); --set contact_stow=0 "
+            "closures do not let these layers apart (a zero-thickness map fold, for one, opens only along the "
+            "fold made last, and its other layers stay touching until that fold is flat); --set contact_stow=0 "
             "starts from the stack as it is, where contact arms each pair once its layers have separated")
     return Stowed(q, gap, float(np.min(h)), labels, _stacks(element, stacked, np.asarray(element.vertices(ws, p))),
                   {c[2]: float(q[c[0]] - q0[c[0]]) for c in element.tree_creases}, closure)
+
+
+def _on_the_closures(x, th0, ineq, dineq, deq, close, flat, iters: int) -> np.ndarray:
+    """Sequential quadratic programming on the closure manifold: each step minimises
+    ``|x + N y - th0|^2 / 2`` over the closures' tangent directions ``N`` (the null space
+    of their Jacobian ``deq``) subject to the inequalities linearised (``ineq >= 0``, a
+    slack that costs far more than any move keeps the subproblem feasible), the creases
+    that start flat-folded within ``[-pi, pi]`` and a trust region; the step is closed
+    again (``close``: Gauss-Newton onto the closures) and kept if it lowers the merit
+    ``|x - th0|^2 / 2 + MERIT x (the inequalities' worst violation)``."""
+    from scipy.optimize import minimize
+
+    def merit(x):
+        return 0.5 * float(np.sum((x - th0) ** 2)) + MERIT * max(0.0, -float(np.min(ineq(x))))
+
+    radius, phi = TRUST, merit(x)
+    F = np.flatnonzero(flat)
+    for _ in range(iters):
+        c, A = ineq(x), dineq(x)
+        if deq is None:
+            N = np.eye(len(x))
+        else:
+            J = deq(x)
+            _, sv, Vt = np.linalg.svd(J)
+            rank = int(np.sum(sv > 1e-9 * max(sv[0], 1e-300))) if len(sv) else 0
+            N = Vt[rank:].T
+        if N.shape[1] == 0:
+            break
+        m = N.shape[1]
+        AN = A @ N
+        g0 = x - th0
+
+        def f(v):
+            y, s = v[:m], v[m]
+            r = g0 + N @ y
+            return 0.5 * float(r @ r) + MERIT * s, np.concatenate([N.T @ r, [MERIT]])
+
+        cons = [{"type": "ineq", "fun": lambda v: c + AN @ v[:m] + v[m],
+                 "jac": lambda v: np.hstack([AN, np.ones((len(c), 1))])}]
+        if len(F):
+            lim = lambda v: np.concatenate([np.pi - (x[F] + N[F] @ v[:m]), np.pi + (x[F] + N[F] @ v[:m])])
+            cons.append({"type": "ineq", "fun": lim, "jac": lambda v: np.hstack(
+                [np.vstack([-N[F], N[F]]), np.zeros((2 * len(F), 1))])})
+        v0 = np.concatenate([np.zeros(m), [max(0.0, -float(np.min(c)))]])
+        bounds = [(-radius, radius)] * m + [(0.0, None)]
+        y = minimize(f, v0, jac=True, method="SLSQP", bounds=bounds, constraints=cons,
+                     options={"maxiter": 200, "ftol": 1e-20}).x[:m]
+        try:
+            x_new = close(x + N @ y)
+        except ValueError:
+            radius /= 4
+            continue
+        phi_new = merit(x_new)
+        if phi_new < phi - 1e-16:
+            x, phi = x_new, phi_new
+            radius = min(4 * radius, TRUST)
+            if np.max(np.abs(N @ y)) < 1e-12:
+                break
+        else:
+            radius /= 4
+            if radius < 1e-12:
+                break
+    return x
 
 
 def _opened_start(model, closures, q0, hinge_cols, folded, opening: float, hold) -> np.ndarray:
