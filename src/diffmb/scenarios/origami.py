@@ -245,10 +245,9 @@ def _latched(system, params, latch):
 def _maker(name):
     def make(v, stabilization):
         system, _ = _build(name, v, stabilization)
-        params = system.default_params()
+        params = stowed(system, system.default_params(), v)
         # the stowed package's release rate about the root panel's normal: a rigid rotation,
         # so the closures' velocity constraints hold
-        params = stowed(system, params, v)
         params["qd0"] = params["qd0"].at[2].set(v["spin"])
         if v["latch"] >= 0:
             params["forcing"] = {**params["forcing"], "stop": _latched(system, params, v["latch"])}
