@@ -284,7 +284,8 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
     owner = np.repeat(np.arange(len(stacked)), [2 * len(X) for _, X in stacked])
     closure = float(np.max(np.abs(np.asarray(equalities(q[hinge_cols]))))) * size if closures is not None else 0.0
     short = [k for k in range(len(stacked)) if np.min(h[owner == k]) < gap * (1 - 1e-6)]
-    if short or closure > 1e-9 * size:
+    closed = max(1e-9, 100 * float(jnp.finfo(jnp.asarray(params['q0']).dtype).eps)) * size   # float32 too
+    if short or closure > closed:
         short = short or list(range(len(stacked)))
         named = ", ".join(labels[k] for k in short[:6]) + (f" and {len(short) - 6} more" if len(short) > 6 else "")
         raise ValueError(
