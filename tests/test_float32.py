@@ -5,8 +5,7 @@ In float32 the closure solve takes a smaller penalty and more multiplier iterati
 origami scenarios then run to their horizon with their default settings: closures held
 to 1e-4 m, energy to 1e-3 relative where conserved, angular momentum to 1e-5 of the
 bodies' momenta (fold-4panel: 2e-5, :data:`FOLD_4PANEL_MOMENTUM`; the 4x4 map fold: 1e-4),
-and the result agrees
-with float64.
+and the result agrees with float64.
 """
 
 import json
