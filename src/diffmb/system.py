@@ -454,15 +454,11 @@ class TreeSystem(System):
         model = params["model"]
         q, qd = self.split(x)
         if self.stabilization == "projection":
+            # the elements' own states pass unchanged (contact's cut-crease angles: only
+            # their branch is read, which the projection's small move never changes)
             q, qd = cs.project_state(model, q, qd, params["closures"], iterations,
                                      keep_momentum=model.floating_base)
-        if self._element_states:
-            ws = kinematics(model, q)
-            zs = [e.correct_states(model, ws, z, p)
-                  for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
-            x = jnp.concatenate([q, qd] + zs)
-        elif self.stabilization == "projection":
-            x = jnp.concatenate([q, qd])
+            x = jnp.concatenate([q, qd, x[q.shape[0] + qd.shape[0]:]])
         return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
 
     @property

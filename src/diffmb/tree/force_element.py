@@ -10,9 +10,8 @@ numbers never recompile and ``jax.grad`` reaches them.
 An element that derives from a potential reports it (:meth:`ForceElement.energy`): the
 system adds it to the energy it conserves. An element may carry states of its own,
 integrated with the tree's (``x = [q; qd; z_1; ...]``, :meth:`ForceElement.state_rates`)
-and corrected with it after every step (:meth:`ForceElement.correct_states`): panel contact
-keeps the unwrapped angle of every cut crease, whose branch its geometry alone cannot
-tell.
+and left alone by the projection: panel contact keeps the unwrapped angle of every cut
+crease, whose branch its geometry alone cannot tell.
 """
 
 from __future__ import annotations
@@ -80,11 +79,6 @@ class ForceElement(eqx.Module):
     def evaluate(self, model, ws, z, params):
         """``(generalized force, dz/dt)`` together (an element may share work between them)."""
         return self.generalized_force(model, ws, z, params), self.state_rates(model, ws, z, params)
-
-    def correct_states(self, model, ws, z, params):
-        """``z`` after the tree's post-step projection (identity by default); ``ws``: the
-        projected poses, without speeds."""
-        return z
 
     def metrics(self, diagnostics: dict, valid, params) -> dict:
         """Scalars a sweep member reports from its save points' :meth:`diagnostics`
