@@ -64,20 +64,12 @@ def joint_placements(model, q):
     over that kind's bodies.
     """
     lay = layout(model)
-    Es, rs, Ss = [], [], []
+    Ss = []
     for kind, bodies, qidx in lay.groups:
-        qk = q[qidx]
-        ax, ax2 = model.axis[bodies], model.axis2[bodies]
-        EJ, rJ = jax.vmap(lambda a, a2, qq, k=kind: jt.transform(k, a, a2, qq))(ax, ax2, qk)
-        E, r = sp.xform_compose(EJ, rJ, model.tree_rot[bodies], model.tree_pos[bodies])
-        S = jax.vmap(lambda a, a2, qq, k=kind: jt.subspace(k, a, a2, qq))(ax, ax2, qk)
-        Es.append(E)
-        rs.append(r)
+        S = jax.vmap(lambda a, a2, qq, k=kind: jt.subspace(k, a, a2, qq))(
+            model.axis[bodies], model.axis2[bodies], q[qidx])
         Ss.append(jnp.swapaxes(S, -1, -2).reshape(-1, 6))
-    E = jnp.concatenate(Es)[lay.body_order]
-    r = jnp.concatenate(rs)[lay.body_order]
-    S = jnp.concatenate(Ss)[lay.dof_order]
-    return E, r, S
+    return (*_placements(model, q), jnp.concatenate(Ss)[lay.dof_order])
 
 
 def _joint_bias(model, lay, q, qd):
@@ -90,6 +82,27 @@ def _joint_bias(model, lay, q, qd):
             model.axis[bodies], model.axis2[bodies], q[qidx], qd[qidx])
         out = out.at[bodies].set(c)
     return out
+
+
+def poses(model, q):
+    """Per body ``(rot (N, 3, 3), pos (N, 3))``: the poses of :func:`kinematics` alone
+    (what a check of how far the bodies moved reads), without its subspaces and inertias."""
+    lay = layout(model)
+    E_loc, r_loc = _placements(model, q)
+    return scan.compose_poses(lay, E_loc, r_loc)
+
+
+def _placements(model, q):
+    """Per body ``(E, r)`` parent -> body (:func:`joint_placements` without the subspaces)."""
+    lay = layout(model)
+    Es, rs = [], []
+    for kind, bodies, qidx in lay.groups:
+        EJ, rJ = jax.vmap(lambda a, a2, qq, k=kind: jt.transform(k, a, a2, qq))(
+            model.axis[bodies], model.axis2[bodies], q[qidx])
+        E, r = sp.xform_compose(EJ, rJ, model.tree_rot[bodies], model.tree_pos[bodies])
+        Es.append(E)
+        rs.append(r)
+    return jnp.concatenate(Es)[lay.body_order], jnp.concatenate(rs)[lay.body_order]
 
 
 def kinematics(model, q, qd=None) -> Kinematics:
