@@ -492,9 +492,10 @@ class TreeSystem(System):
         out = {"energy": self._energy(model, ws, q, qd, params),
                "kinetic_energy": api.kinetic_energy_ws(ws) + api.rotor_energy(model, qd)}
         for e, z, p in zip(self.elements, self.element_states(x), params.get("elements", ())):
+            energy, diagnostics = e.energy_and_diagnostics(model, ws, z, p)
             if e.applies_forces:
-                out["energy"] = out["energy"] + e.energy(model, ws, z, p)
-            out.update(e.diagnostics(model, ws, z, p))
+                out["energy"] = out["energy"] + energy
+            out.update(diagnostics)
         if model.floating_base:
             lin, ang = api.momentum_ws(model, ws)
             out["angular_momentum"] = ang

@@ -451,12 +451,12 @@ class PanelContact(ForceElement):
             out["panel_overlap"] = jnp.max(depth)
             out["panel_overlap_pair"] = pick[jnp.argmax(depth)].astype(P.dtype)
         if self.forces:
-            energy = self._crease_energy(theta, p, self._budget(z))
+            energy = jnp.zeros((), ws.pos.dtype)
             out["crease_margin"] = jnp.min(jnp.pi + p["psi_hat"] - jnp.abs(theta)) if theta.shape[0] else \
                 jnp.asarray(jnp.inf, ws.pos.dtype)
             active = jnp.zeros((), bool)
             if theta.shape[0]:
-                torque = jax.grad(lambda t: self._crease_energy(t, p, self._budget(z)))(theta)
+                energy, torque = jax.value_and_grad(self._crease_energy)(theta, p, self._budget(z))
                 out["crease_torque"] = jnp.max(jnp.abs(torque))
                 active = jnp.any(jnp.abs(theta) > jnp.pi + 1e-6 * p["psi_hat"])
             if self.pairs:
@@ -469,6 +469,11 @@ class PanelContact(ForceElement):
             out["contact_energy"] = energy
             out["contact_active"] = active.astype(ws.pos.dtype)
         return out
+
+    def energy_and_diagnostics(self, model, ws, z, p):
+        """The barriers' energy is a diagnostic already (``contact_energy``): one pass."""
+        out = self.diagnostics(model, ws, z, p)
+        return out.get("contact_energy", jnp.zeros((), ws.pos.dtype)), out
 
     def panel_fields(self, model, ws, z, p, capacity: int = DETECT_CAPACITY):
         """Per panel, for the viewer's colours: ``gap``, the signed distance to the

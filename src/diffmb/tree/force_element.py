@@ -80,6 +80,11 @@ class ForceElement(eqx.Module):
         """``(generalized force, dz/dt)`` together (an element may share work between them)."""
         return self.generalized_force(model, ws, z, params), self.state_rates(model, ws, z, params)
 
+    def energy_and_diagnostics(self, model, ws, z, params):
+        """``(energy, diagnostics)`` together, for the save points (an element may share
+        work between them)."""
+        return self.energy(model, ws, z, params), self.diagnostics(model, ws, z, params)
+
     def metrics(self, diagnostics: dict, valid, params) -> dict:
         """Scalars a sweep member reports from its save points' :meth:`diagnostics`
         (traced; ``valid`` the save points the run reached). A metric named in
