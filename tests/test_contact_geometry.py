@@ -30,6 +30,9 @@ def test_barrier_is_c2_at_its_reach_and_its_closed_form_inside():
         assert abs(float(f(dhat * (1 - 1e-9), dhat))) < 1e-8 and float(f(dhat * 1.5, dhat)) == 0.0
     # and the curvature at half the reach: 2 ln 2 + 5
     assert float(d2b(dhat / 2, dhat)) == pytest.approx(2 * np.log(2) + 5, rel=1e-12)
+    # the value there, which sets the default stiffnesses, in closed form: dhat^2 ln(2) / 4
+    for reach in (dhat, 0.35):
+        assert float(br.half_reach(reach)) == pytest.approx(float(br.barrier(reach / 2, reach)), rel=1e-14)
 
 
 def test_below_its_floor_the_barrier_is_finite_and_continues_smoothly():

@@ -53,6 +53,11 @@ def barrier(d, dhat, floor=FLOOR):
     return jnp.where(inside, jnp.where(d < f, below, log_part), 0.0)
 
 
+def half_reach(dhat):
+    """``b(dhat / 2) = dhat^2 ln(2) / 4``: the barrier at half its reach, in closed form."""
+    return 0.25 * jnp.log(2.0) * dhat**2
+
+
 def barrier_inverse(energy, dhat, iterations: int = 60):
     """The distance ``d`` in ``(0, dhat]`` with ``b(d) = energy`` (``energy >= 0``), by
     bisection on the monotone branch; the certified gap of an energy bound: a motion that

@@ -206,7 +206,7 @@ class PanelContact(ForceElement):
     def _crease_energy(self, theta, p, budget):
         psi = p["psi_hat"]
         over = jnp.pi + psi
-        return jnp.sum(crease_stiffness(p, budget) * (br.barrier(over - theta, psi) + br.barrier(over + theta, psi)))
+        return crease_stiffness(p, budget) * jnp.sum(br.barrier(jnp.concatenate([over - theta, over + theta]), psi))
 
     def _crease_weight(self, theta, p):
         """Where the crease damping acts: 0 up to flat, rising to 1 at the reach."""
@@ -769,12 +769,12 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
 def crease_stiffness(p, budget):
     """Tier A's stiffness, the default rule: the barrier holds ``kappa_scale`` times the
     energy ``budget`` [J] at half its reach."""
-    return p["kappa_scale"] * budget / br.barrier(0.5 * p["psi_hat"], p["psi_hat"])
+    return p["kappa_scale"] * budget / br.half_reach(p["psi_hat"])
 
 
 def panel_stiffness(p, budget):
     """Tier B's stiffness, by the same rule as :func:`crease_stiffness`."""
-    return p["kappa_scale"] * budget / br.barrier(0.5 * p["dhat"], p["dhat"])
+    return p["kappa_scale"] * budget / br.half_reach(p["dhat"])
 
 
 def certified_margin(energy, kappa, reach):
