@@ -26,7 +26,7 @@ from .closures import constraint_solve, dynamics as cs, nodes as cl
 from .math import spatial as sp
 from .tree import aba, api, crba, joints as jt, rnea
 from .tree.body_frames import BodyFrames, from_kinematics
-from .tree.kinematics import Kinematics, kinematics, poses
+from .tree.kinematics import Kinematics, kinematics, poses as body_poses
 from .tree.model import Model
 
 #: Trees with at most this many velocity coordinates use CRBA + Cholesky by default, larger
@@ -379,7 +379,7 @@ class TreeSystem(System):
 
     def step_poses(self, x, params):
         """The bodies' poses (the kinematics without speeds, its rotations and origins)."""
-        return poses(params["model"], self.split(x)[0])
+        return body_poses(params["model"], self.split(x)[0])
 
     @sp.jit_per_form
     def step_fraction(self, x0, x1, params, poses=None):
