@@ -152,21 +152,14 @@ class System(eqx.Module):
         """Whether :meth:`step_fraction` bounds an adaptive solver's steps (False by default)."""
         return False
 
-    def step_fraction(self, x0, x1, params, poses=None):
+    def step_fraction(self, x0, x1, params):
         """How much of an adaptive solver's step from ``x0`` to its candidate ``x1`` may be
         taken: at least 1, all of it; below 1, the step is rejected and retried at that
         fraction of its length. A contact barrier is invisible to the step-size control
         until a step lands inside its reach, so a long step through free flight could
         jump over it (a contact element admits no step that carries two panels together
-        by more than their distance to the barrier's reach). ``poses``: the two ends'
-        :meth:`step_poses`, where the solver has them. ``inf`` by default."""
+        by more than their distance to the barrier's reach). ``inf`` by default."""
         return jnp.asarray(jnp.inf, x0.dtype)
-
-    def step_poses(self, x, params):
-        """What :meth:`step_fraction` reads of a step's end ``x``: the solver carries it
-        from an accepted step's end to the next step's start, so a step computes it once,
-        not twice. ``None`` by default."""
-        return None
 
 
 #: Constraint stabilization, one vocabulary for every formulation (each accepts the
@@ -377,15 +370,12 @@ class TreeSystem(System):
     def limits_steps(self) -> bool:
         return any(e.limits_steps for e in self.elements)
 
-    def step_poses(self, x, params):
-        """The bodies' poses (the kinematics without speeds, its rotations and origins)."""
-        return body_poses(params["model"], self.split(x)[0])
-
     @sp.jit_per_form
-    def step_fraction(self, x0, x1, params, poses=None):
+    def step_fraction(self, x0, x1, params):
         model = params["model"]
-        ends = poses or (self.step_poses(x0, params), self.step_poses(x1, params))
-        ws0, ws1 = (Kinematics(rot, pos, None, None) for rot, pos in ends)
+        # both ends' poses in one batched pass (the kinematics compiled once, not twice)
+        rot, pos = jax.vmap(lambda x: body_poses(model, self.split(x)[0]))(jnp.stack([x0, x1]))
+        ws0, ws1 = (Kinematics(rot[k], pos[k], None, None) for k in (0, 1))
         out = jnp.asarray(jnp.inf, x0.dtype)
         for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"]):
             if e.limits_steps:

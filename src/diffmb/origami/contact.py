@@ -288,7 +288,7 @@ class PanelContact(ForceElement):
         I, J = self._pair_index()
         ii, jj = I[idx], J[idx]
         m = self._mask()
-        d, w = jax.vmap(self._pair_distances)(P[ii], m[ii], P[jj], m[jj])
+        d, w = jax.vmap(self._pair_distances)(_rows(P, ii), m[ii], _rows(P, jj), m[jj])
         gap = d - p["thickness"]
         a = armed[idx][:, None]
         energy = panel_stiffness(p, self._budget(z)) * jnp.sum(a * w * br.barrier(gap, p["dhat"]))
@@ -334,8 +334,9 @@ class PanelContact(ForceElement):
              + p["crease_damping"] * self._crease_weight(theta, p) * rates)
         nt = len(self.tree_creases)
         tau = jnp.zeros(model.nv, ws.pos.dtype)
-        if nt:
-            tau = tau.at[np.asarray([c[1] for c in self.tree_creases], int)].add(-g[:nt])
+        if nt:   # onto the creases' speeds by a constant product (a scatter-add compiles into a loop)
+            onto = _onto(model.nv, np.asarray([c[1] for c in self.tree_creases], int))
+            tau = tau - jnp.asarray(onto, ws.pos.dtype) @ g[:nt]
         # (a crease held at flat by its stack sits at +-pi to round-off, where the force is 0)
         active = jnp.any(jnp.abs(theta[nt:]) > jnp.pi + 1e-6 * p["psi_hat"]) if self.cut_creases else \
             jnp.zeros((), bool)
@@ -359,17 +360,21 @@ class PanelContact(ForceElement):
 
         def through_the_tree(o):
             model, ws, z, p, g, bound, P, touching = o
-            F = jnp.zeros((model.n_bodies, 6), ws.pos.dtype)
+            # body wrenches [moment; force] about the world origin, summed onto the bodies
+            # by constant one-hot products (a scatter-add compiles into a loop on the CPU)
+            moment = jnp.zeros((model.n_bodies, 3), ws.pos.dtype)
+            force = jnp.zeros((model.n_bodies, 3), ws.pos.dtype)
             if self.cut_creases:  # a couple about the crease: rotating b by +phi turns theta by +phi
                 u, _, _, ia, ib = self._cut_geometry(ws, p)
-                moment = g[nt:, None] * u
-                F = F.at[ib, :3].add(-moment).at[ia, :3].add(moment)
+                onto = _onto(model.n_bodies, ia) - _onto(model.n_bodies, ib)
+                moment = moment + jnp.asarray(onto, ws.pos.dtype) @ (g[nt:, None] * u)
             if self.pairs:   # the exact distances only while an armed pair is within reach
                 f = cond_any(touching, panel_forces, lambda o: jnp.zeros_like(o[4]), (ws, z, p, bound, P))
-                b = np.asarray(self.panel_body)
-                moving = b >= 0   # a panel on the world takes its reaction there
-                F = (F.at[b[moving], :3].add(jnp.sum(jnp.cross(P, f), 1)[moving])
-                     .at[b[moving], 3:].add(jnp.sum(f, 1)[moving]))
+                # a panel on the world takes its reaction there
+                onto = jnp.asarray(_onto(model.n_bodies, np.asarray(self.panel_body)), ws.pos.dtype)
+                moment = moment + onto @ jnp.sum(jnp.cross(P, f), 1)
+                force = force + onto @ jnp.sum(f, 1)
+            F = jnp.concatenate([moment, force], 1)
             return rnea.generalized_forces(model, ws, F)
 
         if self.cut_creases or self.pairs:
@@ -400,7 +405,8 @@ class PanelContact(ForceElement):
         as a stowed stack's do, does not hold the steps back."""
         out = jnp.asarray(jnp.inf, ws0.pos.dtype)
         if self.pairs:
-            P0, P1 = self.vertices(ws0, p), self.vertices(ws1, p)
+            ends = jax.tree.map(lambda a, b: jnp.stack([a, b]), ws0, ws1)
+            P0, P1 = jax.vmap(self.vertices, (0, None))(ends, p)   # traced once for both ends
             moved = jnp.sqrt(jnp.max(jnp.sum((P1 - P0) ** 2, -1), -1))   # per panel
             bound = self._pair_bounds(P0, p)
             free = jnp.maximum(bound - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
@@ -640,6 +646,23 @@ class PanelContact(ForceElement):
 
 
 # ---------------------------------------------------------------------- building
+
+
+def _onto(n: int, index: np.ndarray) -> np.ndarray:
+    """The constant ``(n, len(index))`` matrix that adds item ``k`` onto row ``index[k]``
+    (a body, or a speed; an item on the world, ``index < 0``, onto none)."""
+    out = np.zeros((n, len(index)))
+    k = np.flatnonzero(index >= 0)
+    np.add.at(out, (index[k], k), 1.0)
+    return out
+
+
+def _rows(P, idx):
+    """``P[idx]`` as a product with a one-hot matrix: its derivative's transpose is a
+    product too, where a gather's is a scatter-add that the CPU compiles into a loop
+    (the panels are few beside the candidates' primitives, so the product is cheap)."""
+    onehot = (idx[:, None] == jnp.arange(P.shape[0], dtype=idx.dtype)[None, :]).astype(P.dtype)
+    return (onehot @ P.reshape(P.shape[0], -1)).reshape(idx.shape + P.shape[1:])
 
 
 def _shares_vertex(a: np.ndarray, b: np.ndarray, tol: float) -> bool:

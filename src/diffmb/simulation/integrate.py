@@ -636,26 +636,19 @@ class _LimitedSteps(dfx.AbstractStepSizeController):
         return _LimitedSteps(self.inner.wrap(direction), self.system)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
-        t1, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
-        return t1, (state, self.system.step_poses(y0, args))
+        return self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        # the start's poses are the last accepted end's (the projection runs inside the
-        # step, so the next step starts from the candidate it accepted)
-        state, start = controller_state
         keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
-            t0, t1, y0, y1_candidate, args, y_error, error_order, state)
-        end = self.system.step_poses(y1_candidate, args)
-        fraction = self.system.step_fraction(y0, y1_candidate, args, (start, end))
+            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
+        fraction = self.system.step_fraction(y0, y1_candidate, args)
         fraction = jnp.where(jnp.isnan(fraction), jnp.inf, fraction)   # a non-finite candidate is the error's to reject
         admitted = fraction >= 1.0
         room = self.SAFETY * fraction * (t1 - t0)
         # admitted: the next step within the room this one left; else a retry from t0
         next_t0 = jnp.where(admitted, next_t0, t0)
         next_t1 = jnp.minimum(next_t1, next_t0 + room)
-        taken = keep & admitted
-        start = jax.tree.map(lambda a, b: jnp.where(taken, a, b), end, start)
-        return taken, next_t0, next_t1, made_jump, (state, start), result
+        return keep & admitted, next_t0, next_t1, made_jump, state, result
 
 
 class _VectorField(eqx.Module):
