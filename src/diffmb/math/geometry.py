@@ -34,14 +34,22 @@ import jax.numpy as jnp
 TINY = 1e-24
 
 
+def _dot(a, b):
+    """``sum(a * b, -1)`` over a last axis of 3, written out: elementwise, so it fuses with
+    what surrounds it where a reduction would be a kernel of its own (a smaller program
+    to compile, and the same value)."""
+    p = a * b
+    return p[..., 0] + p[..., 1] + p[..., 2]
+
+
 def _norm(v):
-    n2 = jnp.sum(v * v, -1)
+    n2 = _dot(v, v)
     safe = jnp.where(n2 > TINY, n2, 1.0)
     return jnp.where(n2 > TINY, jnp.sqrt(safe), 0.0)
 
 
 def _unit(v):
-    n2 = jnp.sum(v * v, -1, keepdims=True)
+    n2 = _dot(v, v)[..., None]
     return v / jnp.sqrt(jnp.where(n2 > TINY, n2, 1.0))
 
 
@@ -60,10 +68,10 @@ def _affine_weights(x, V, valid):
     polygon moves the body point at ``x`` by ``sum w_k dV_k``."""
     last = jnp.sum(valid) - 1
     e1, e2, r = V[1] - V[0], V[last] - V[0], x - V[0]
-    g11, g12, g22 = jnp.sum(e1 * e1), jnp.sum(e1 * e2), jnp.sum(e2 * e2)
+    g11, g12, g22 = _dot(e1, e1), _dot(e1, e2), _dot(e2, e2)
     det = g11 * g22 - g12 * g12
     safe = jnp.where(det > TINY * (g11 * g22 + TINY), det, 1.0)
-    r1, r2 = jnp.sum(e1 * r), jnp.sum(e2 * r)
+    r1, r2 = _dot(e1, r), _dot(e2, r)
     a, b = (g22 * r1 - g12 * r2) / safe, (g11 * r2 - g12 * r1) / safe
     k = jnp.arange(V.shape[0])
     return (jnp.where(k == 0, 1.0 - a - b, 0.0) + jnp.where(k == 1, a, 0.0) + jnp.where(k == last, b, 0.0))
@@ -77,15 +85,15 @@ def _point_polygon(p, V, valid):
     n = polygon_normal(V, valid)
     W, nxt = edges(V, valid)
     inward = jnp.cross(n[None, :], nxt - W)          # in-plane, pointing inside (right-hand order)
-    side = jnp.sum((p[None, :] - W) * inward, -1)
+    side = _dot(p[None, :] - W, inward)
     inside = jnp.all(jnp.where(valid, side >= 0.0, True))
-    height = jnp.sum((p - W[0]) * n)
+    height = _dot(p - W[0], n)
     foot = p - height * n
     # beside the face: the nearest point of the nearest edge (padded rows: zero-length
     # edges at vertex 0, so they never win over the real edge that ends there)
     e = nxt - W
-    ee = jnp.sum(e * e, -1)
-    t = jnp.clip(jnp.sum((p[None, :] - W) * e, -1) / jnp.where(ee > TINY, ee, 1.0), 0.0, 1.0)
+    ee = _dot(e, e)
+    t = jnp.clip(_dot(p[None, :] - W, e) / jnp.where(ee > TINY, ee, 1.0), 0.0, 1.0)
     t = jnp.where(ee > TINY, t, 0.0)
     near = W + t[:, None] * e
     to_edges = jnp.where(valid, _norm(p[None, :] - near), jnp.inf)
@@ -118,15 +126,15 @@ def _point_polygon_distance_jvp(primals, tangents):
     d, x, w = _point_polygon(p, V, valid)
     u = (p - x) / jnp.where(d > 0.0, d, 1.0)
     dx = jnp.einsum("k,kd->d", w, dV)
-    return d, jnp.sum(u * (dp - dx))
+    return d, _dot(u, dp - dx)
 
 
 def _segments(p1, q1, p2, q2):
     """``(d, s, t)``: the distance between the segments ``p1 q1`` and ``p2 q2`` and the
     parameters of its nearest points ``p1 + s (q1 - p1)``, ``p2 + t (q2 - p2)``."""
     d1, d2, r = q1 - p1, q2 - p2, p1 - p2
-    a, e = jnp.sum(d1 * d1, -1), jnp.sum(d2 * d2, -1)
-    f, c, b = jnp.sum(d2 * r, -1), jnp.sum(d1 * r, -1), jnp.sum(d1 * d2, -1)
+    a, e = _dot(d1, d1), _dot(d2, d2)
+    f, c, b = _dot(d2, r), _dot(d1, r), _dot(d1, d2)
     denom = a * e - b * b
     scale = jnp.maximum(a * e, TINY)
     a_s, e_s = jnp.where(a > TINY, a, 1.0), jnp.where(e > TINY, e, 1.0)
@@ -158,7 +166,7 @@ def _segment_distance_jvp(primals, tangents):
     u = (c1 - c2) / jnp.where(d > 0.0, d, 1.0)[..., None]
     dc1 = dp1 + s[..., None] * (dq1 - dp1)
     dc2 = dp2 + t[..., None] * (dq2 - dp2)
-    return d, jnp.sum(u * (dc1 - dc2), -1)
+    return d, _dot(u, dc1 - dc2)
 
 
 def edges(V, valid):
