@@ -838,7 +838,6 @@ def _sampled(system, params, ts, xs, x0):
 DIAGNOSED_BLOCK = 64
 
 
-
 @_RunProgram
 def _diagnose_block(system, params, ts, xs, x0, form="reduce"):
     return _pointwise(system, params, ts, xs, x0)
