@@ -49,6 +49,17 @@ def test_a_batch_keeps_the_branch_where_vmap_of_cond_selects():
     assert ours.count("stablehlo.case") == 1 and theirs.count("stablehlo.case") == 0
 
 
+def test_a_batch_of_batches_keeps_the_branch_too():
+    """A sweep's diagnostics: members around save points, two vmaps. Each level's rule
+    branches again, so neither turns the expensive branch into a select."""
+    X, Y = jnp.stack([XS, 0.5 * XS]), jnp.stack([YS, YS])   # the second member never takes it
+    nested = lambda f: jax.vmap(jax.vmap(f))
+    assert jax.jit(nested(_ours)).lower(X, Y).as_text().count("stablehlo.case") >= 1
+    assert jax.jit(nested(_cond)).lower(X, Y).as_text().count("stablehlo.case") == 0
+    for f in (lambda g: g, jax.grad, jax.jacfwd):
+        np.testing.assert_array_equal(nested(f(_ours))(X, Y), nested(f(_cond))(X, Y))
+
+
 def test_a_batch_of_panels_near_and_far_gets_each_members_own_contact_force():
     """Two free panels, members apart (no force) and within the barrier's reach: the
     batched accelerations equal each member's own, and only the near ones are pushed."""

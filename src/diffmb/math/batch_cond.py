@@ -36,14 +36,17 @@ def cond_any(pred, true_fn, false_fn, operand):
         axes = (jax.tree.map(lambda b: 0 if b else None, operand_batched),)
         on = lambda o: jax.vmap(true_fn, in_axes=axes, axis_size=axis_size)(o)
         off = lambda o: jax.vmap(false_fn, in_axes=axes, axis_size=axis_size)(o)
+        # the branch is cond_any again, not lax.cond: under a second vmap (a sweep's members
+        # around its save points) a lax.cond would become a select of both branches
         if not pred_batched:
-            out = jax.lax.cond(pred, on, off, operand)
+            out = cond_any(pred, on, off, operand)
         else:
             def some(o):
+                pred, o = o
                 a, b = on(o), off(o)
                 return jax.tree.map(lambda x, y: jnp.where(pred.reshape((-1,) + (1,) * (x.ndim - 1)), x, y), a, b)
 
-            out = jax.lax.cond(jnp.any(pred), some, off, operand)
+            out = cond_any(jnp.any(pred), some, lambda o: off(o[1]), (pred, operand))
         return out, jax.tree.map(lambda _: True, out)
 
     @jax.custom_jvp
