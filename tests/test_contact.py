@@ -527,3 +527,31 @@ def test_the_viewers_gap_and_force_per_panel_are_the_barriers(elastic):
     np.testing.assert_allclose(f["force"]["small"], expected, rtol=1e-9, atol=1e-12 * np.max(expected))
     np.testing.assert_array_equal(f["force"]["big"], f["force"]["small"])
     assert np.all(f["force"]["small"][sep > dhat] == 0.0)
+
+
+@pytest.mark.slow
+def test_a_sweeps_save_points_take_the_nearest_pair_alone_and_report_the_same():
+    """A sweep member's save points (``for_batches``) take the exact distance of the
+    nearest pair alone while no armed pair is within reach, and all candidates where one
+    is: the same energy, force and least gap as a single run's, which takes them all."""
+    import equinox as eqx
+
+    from diffmb.origami.contact import DIAGNOSED_PAIRS
+    from diffmb.simulation.integrate import simulate
+
+    sc = scenarios.get("map-fold")
+    system, params, _ = sc.make({"contact": 1.0, "rows": 4, "cols": 4})
+    tr = simulate(system, params=params, saveat=21, **sc.run_settings(t1=1.0))
+    batched = eqx.tree_at(lambda s: s.elements, system, tuple(e.for_batches() for e in system.elements))
+    assert batched.elements[0].nearest_at_saves and len(system.elements[0].pairs) > DIAGNOSED_PAIRS
+    keys = ("contact_energy", "contact_force", "contact_gap", "contact_overflow", "energy")
+    for scale in (1.0, 30.0):   # no armed pair within reach; then, with a longer reach, some
+        p = dict(params, elements=(dict(params["elements"][0], dhat=scale * params["elements"][0]["dhat"]),))
+        one, many = (jax.jit(jax.vmap(lambda x, s=s: s.diagnostics(x, p)))(tr.xs) for s in (system, batched))
+        if scale > 1.0:
+            assert 0 < np.count_nonzero(np.asarray(one["contact_force"]) > 0) < len(tr.ts)
+        else:
+            assert np.all(np.asarray(one["contact_force"]) == 0)
+        assert np.isfinite(np.asarray(one["contact_gap"])).any()   # pairs armed once their layers part
+        for k in keys:
+            np.testing.assert_allclose(many[k], one[k], rtol=1e-12, atol=0, err_msg=k)

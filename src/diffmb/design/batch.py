@@ -475,6 +475,8 @@ def member_runner(system, *, t1, dt=None, solver="rk4", rtol=1e-8, atol=1e-10, s
     settings = RunSettings(t1=float(t1), dt=dt, solver=solver, rtol=float(rtol), atol=float(atol),
                            saveat=int(saveat),
                            max_violation=None if max_violation is None else float(max_violation))
+    if getattr(system, "elements", ()):   # the elements as a batch computes them
+        system = eqx.tree_at(lambda s: s.elements, system, tuple(e.for_batches() for e in system.elements))
     return _Member(system=system, settings=settings, flat_tol=math.radians(flat_tol_deg), with_x0=with_x0)
 
 

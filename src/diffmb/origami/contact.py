@@ -64,6 +64,11 @@ CAPACITY = 256
 ARMING_RATE = 1e3
 #: The detector's pairs per save point: all of them up to this many, else the nearest.
 DETECT_CAPACITY = 8192
+#: Beyond this many pairs, a sweep member's save point with no armed pair within the
+#: barrier's reach takes the exact distance of the nearest pair only
+#: (:meth:`PanelContact._diagnosed_pairs`): a sweep of the 4x4 map fold spent half its
+#: time on the exact distances of all 78 pairs at each of its 1,001 save points.
+DIAGNOSED_PAIRS = 16
 #: The detector: an overlap deeper than this fraction of the panel size is a crossing;
 #: a crease more than this past flat [rad] (without contact; with contact, its reach).
 OVERLAP_TOLERANCE = 1e-5
@@ -118,6 +123,9 @@ class PanelContact(ForceElement):
     capacity: int = eqx.field(static=True)
     budget_from_start: bool = eqx.field(static=True)
     numbers: dict
+    #: save points with no armed pair within reach take the nearest pair's distance only
+    #: (:meth:`_diagnosed_pairs`; a sweep's members, :meth:`for_batches`)
+    nearest_at_saves: bool = eqx.field(static=True, default=False)
 
     def default_params(self):
         return self.numbers
@@ -236,13 +244,13 @@ class PanelContact(ForceElement):
         plane = jnp.maximum(jnp.min(h, -1), -jnp.max(h, -1))
         return jnp.maximum(sphere, jnp.maximum(plane, plane.T))[i, j]
 
-    def _candidates(self, bound, armed):
-        """The pairs evaluated exactly: all of them, or the ``capacity`` armed ones nearest
-        by their lower bound."""
-        n = len(self.pairs)
-        if n <= self.capacity:
+    def _candidates(self, bound, armed, capacity=None):
+        """The pairs evaluated exactly: all of them, or the ``capacity`` (default: the
+        element's) armed ones nearest by their lower bound."""
+        n, capacity = len(self.pairs), capacity or self.capacity
+        if n <= capacity:
             return jnp.arange(n)
-        return jax.lax.top_k(-jnp.where(armed > 0, bound, jnp.inf), self.capacity)[1]
+        return jax.lax.top_k(-jnp.where(armed > 0, bound, jnp.inf), capacity)[1]
 
     def _pair_index(self):
         return (jnp.asarray(np.asarray([q[0] for q in self.pairs], np.int32)),
@@ -279,12 +287,13 @@ class PanelContact(ForceElement):
                              (moll * (mi[:, None] & mj[None, :]).astype(d.dtype)).reshape(-1)])
         return d, w
 
-    def _panel_terms(self, P, z, p, bound=None):
+    def _panel_terms(self, P, z, p, bound=None, capacity=None):
         """Tier B at vertices ``P``: ``(energy, min gap, overflow, (armed, weights, gaps))``
-        over the candidate pairs' primitives (``bound``: :meth:`_pair_bounds`, if known)."""
+        over the candidate pairs' primitives (``bound``: :meth:`_pair_bounds`, if known;
+        ``capacity``: :meth:`_candidates`')."""
         armed = self._armed(z, P.dtype)
         bound = jax.lax.stop_gradient(self._pair_bounds(P, p) if bound is None else bound)
-        idx = self._candidates(bound, armed)
+        idx = self._candidates(bound, armed, capacity)
         I, J = self._pair_index()
         ii, jj = I[idx], J[idx]
         m = self._mask()
@@ -466,15 +475,52 @@ class PanelContact(ForceElement):
                 out["crease_torque"] = jnp.max(jnp.abs(torque))
                 active = jnp.any(jnp.abs(theta) > jnp.pi + 1e-6 * p["psi_hat"])
             if self.pairs:
-                active = active | jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
-                panel_energy, gap, overflow, terms = self._panel_terms(P, z, p, bound)
+                in_reach = jnp.sum((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
+                active = active | (in_reach > 0)
+                panel_energy, out["contact_gap"], out["contact_force"] = self._diagnosed_pairs(
+                    P, z, p, bound, in_reach)
                 energy = energy + panel_energy
-                out["contact_gap"] = gap
-                out["contact_force"] = jnp.max(self._primitive_forces(z, p, *terms))
-                out["contact_overflow"] = jnp.asarray(overflow, ws.pos.dtype)
+                candidates = min(len(self.pairs), self.capacity)   # the forces' overflow
+                out["contact_overflow"] = jnp.maximum(in_reach - candidates, 0).astype(ws.pos.dtype)
             out["contact_energy"] = energy
             out["contact_active"] = active.astype(ws.pos.dtype)
         return out
+
+    def _diagnosed_pairs(self, P, z, p, bound, in_reach):
+        """Tier B's energy, least gap and largest primitive force at a save point. While
+        no armed pair is within the barrier's reach (by its lower ``bound``) the energy and
+        force are 0, and the least gap takes the exact distance of the pair nearest by
+        its bound alone (exact unless another pair's bound is below it, then that bound):
+        with :attr:`nearest_at_saves`, a pattern with more than :data:`DIAGNOSED_PAIRS`
+        pairs skips the rest. Otherwise all candidates, as the forces take them
+        (``cond_any``: a batch takes them all where any member or save point needs them).
+        The branch costs a compile (4x4 map fold: +1.3-1.6 s to a single run's), which a
+        sweep's 1,001 save points per member repay (the 4x4 map fold, 16 members: 10.7 ->
+        6.7 s of run for +3.6 s of compile); a single run keeps all candidates."""
+        def candidates(o):
+            P, z, p, bound = o
+            energy, gap, _, terms = self._panel_terms(P, z, p, bound)
+            return energy, gap, jnp.max(self._primitive_forces(z, p, *terms))
+
+        if not self.nearest_at_saves or len(self.pairs) <= DIAGNOSED_PAIRS:
+            return candidates((P, z, p, bound))
+
+        def nearest(o):
+            P, z, p, bound = o
+            near = jnp.where(self._armed(z, P.dtype) > 0, bound, jnp.inf)
+            k = jnp.argmin(near)
+            I, J = self._pair_index()
+            m = self._mask()
+            d, w = self._pair_distances(P[I[k]], m[I[k]], P[J[k]], m[J[k]])
+            gap = jnp.where(jnp.isfinite(near[k]), jnp.min(jnp.where(w > 0, d, jnp.inf)), jnp.inf)
+            others = jnp.min(jnp.where(jnp.arange(near.shape[0]) == k, jnp.inf, near))
+            zero = jnp.zeros((), P.dtype)
+            return zero, jnp.minimum(gap, others) - p["thickness"], zero
+
+        return cond_any(in_reach > 0, candidates, nearest, (P, z, p, bound))
+
+    def for_batches(self):
+        return dataclasses.replace(self, nearest_at_saves=True) if self.forces else self
 
     def energy_and_diagnostics(self, model, ws, z, p):
         """The barriers' energy is a diagnostic already (``contact_energy``): one pass."""

@@ -85,6 +85,11 @@ class ForceElement(eqx.Module):
         work between them)."""
         return self.energy(model, ws, z, params), self.diagnostics(model, ws, z, params)
 
+    def for_batches(self) -> "ForceElement":
+        """The element as a sweep's members compute it (their save points' diagnostics
+        may take a branch a single run's compile would not pay for); itself by default."""
+        return self
+
     def metrics(self, diagnostics: dict, valid, params) -> dict:
         """Scalars a sweep member reports from its save points' :meth:`diagnostics`
         (traced; ``valid`` the save points the run reached). A metric named in
