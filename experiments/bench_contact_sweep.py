@@ -5,7 +5,8 @@ sweep with contact keeps at least 50 % of the no-contact sweep's member-s/s).
 
 Each member draws the hinge stiffness ``K`` and damping ``c`` at random (seed 0, the same
 members for both), and runs ``--horizon`` seconds of fixed-step RK4 at ``--dt`` under
-Baumgarte (:func:`diffmb.design.batch.sweep`, chunked as a sweep chunks on this device).
+Baumgarte, or with ``--adaptive`` the scenario's default (projection + Dopri5), saving
+``--saveat`` points (:func:`diffmb.design.batch.sweep`, chunked as a sweep chunks on this device).
 Reported per case, batch and contact setting: compile time (ahead of time, apart), the
 median wall time of ``--repeats`` runs, member-seconds simulated per wall second, the
 ratio with contact over without, the members' statuses, and whether every member
@@ -16,6 +17,7 @@ columns only where some panels share no vertex). Writes ``out/bench_contact_swee
     python experiments/bench_contact_sweep.py                      # fold4, map3, map4 x 16, 64
     python experiments/bench_contact_sweep.py --cases map6 --batches 256 --horizon 1
     python experiments/bench_contact_sweep.py --smoke              # seconds, for CI
+    python experiments/bench_contact_sweep.py --cases map4 --batches 16 --horizon 1 --adaptive --saveat 1001
 
 The cases, their scenarios and the members' ranges are ``bench_batch.py``'s.
 """
@@ -37,7 +39,7 @@ COLUMNS = {0: ("crease_overfold", "panel_overlap"), 1: ("min_crease_margin", "mi
 PAIR_COLUMNS = ("panel_overlap", "min_contact_gap", "contact_overflow")
 
 
-def run_case(name, batch, contact, horizon, dt, repeats):
+def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=11):
     import jax
     import numpy as np
 
@@ -47,11 +49,14 @@ def run_case(name, batch, contact, horizon, dt, repeats):
     kind, n = _case(name)
     fixed = {"contact": float(contact)} | ({} if kind == "fold" else {"rows": float(n), "cols": float(n)})
     members = member_values(RANGES[kind], fixed, batch, sample="random", seed=0)
-    system, params = scenario_batch(scenarios.get(SCENARIOS[kind]), members, "baumgarte")
+    scenario = scenarios.get(SCENARIOS[kind])
+    # fixed-step RK4 under Baumgarte, or the scenario's default (projection + Dopri5)
+    system, params = scenario_batch(scenario, members, None if adaptive else "baumgarte")
+    run = dict(scenario.run_settings(t1=horizon)) if adaptive else {"dt": dt, "solver": "rk4"}
+    run.pop("t1", None)
     walls, res, compile_s = [], None, None
     for _ in range(max(1, repeats)):
-        res = sweep(system, params, t1=horizon, dt=dt, solver="rk4", saveat=11, members=members,
-                    max_violation=None)
+        res = sweep(system, params, t1=horizon, saveat=saveat, members=members, max_violation=None, **run)
         compile_s = res.compile_s if compile_s is None else compile_s   # the first run compiles
         walls.append(res.wall_s)
     table = res.table
@@ -86,6 +91,9 @@ def main(argv=None):
     ap.add_argument("--horizon", type=float, default=0.5)
     ap.add_argument("--dt", type=float, default=1e-3)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--adaptive", action="store_true",
+                    help="the scenario's default run (projection + Dopri5) instead of RK4 at --dt")
+    ap.add_argument("--saveat", type=int, default=11, help="save points per member (a sweep's default: 1001)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench_contact_sweep.json"))
     a = ap.parse_args(argv)
@@ -96,10 +104,11 @@ def main(argv=None):
     for name in a.cases:
         for batch in a.batches:
             for contact in (0, 1):
-                rows.append(run_case(name, batch, contact, a.horizon, a.dt, a.repeats))
+                rows.append(run_case(name, batch, contact, a.horizon, a.dt, a.repeats, a.adaptive, a.saveat))
                 # after every row, so that a run cut short keeps what it finished
                 out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
                                            "cpu_pressure": cpu_pressure(), "horizon": a.horizon, "dt": a.dt,
+                                           "adaptive": a.adaptive, "saveat": a.saveat,
                                            "repeats": a.repeats, "rows": rows}, indent=1))
     print_table(rows)
     print(f"wrote {out}  (cpu pressure: {cpu_pressure()})")
