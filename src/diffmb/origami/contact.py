@@ -244,13 +244,13 @@ class PanelContact(ForceElement):
         plane = jnp.maximum(jnp.min(h, -1), -jnp.max(h, -1))
         return jnp.maximum(sphere, jnp.maximum(plane, plane.T))[i, j]
 
-    def _candidates(self, bound, armed, capacity=None):
-        """The pairs evaluated exactly: all of them, or the ``capacity`` (default: the
-        element's) armed ones nearest by their lower bound."""
-        n, capacity = len(self.pairs), capacity or self.capacity
-        if n <= capacity:
+    def _candidates(self, bound, armed):
+        """The pairs evaluated exactly: all of them, or the ``capacity`` armed ones nearest
+        by their lower bound."""
+        n = len(self.pairs)
+        if n <= self.capacity:
             return jnp.arange(n)
-        return jax.lax.top_k(-jnp.where(armed > 0, bound, jnp.inf), capacity)[1]
+        return jax.lax.top_k(-jnp.where(armed > 0, bound, jnp.inf), self.capacity)[1]
 
     def _pair_index(self):
         return (jnp.asarray(np.asarray([q[0] for q in self.pairs], np.int32)),
@@ -287,13 +287,12 @@ class PanelContact(ForceElement):
                              (moll * (mi[:, None] & mj[None, :]).astype(d.dtype)).reshape(-1)])
         return d, w
 
-    def _panel_terms(self, P, z, p, bound=None, capacity=None):
+    def _panel_terms(self, P, z, p, bound=None):
         """Tier B at vertices ``P``: ``(energy, min gap, overflow, (armed, weights, gaps))``
-        over the candidate pairs' primitives (``bound``: :meth:`_pair_bounds`, if known;
-        ``capacity``: :meth:`_candidates`')."""
+        over the candidate pairs' primitives (``bound``: :meth:`_pair_bounds`, if known)."""
         armed = self._armed(z, P.dtype)
         bound = jax.lax.stop_gradient(self._pair_bounds(P, p) if bound is None else bound)
-        idx = self._candidates(bound, armed, capacity)
+        idx = self._candidates(bound, armed)
         I, J = self._pair_index()
         ii, jj = I[idx], J[idx]
         m = self._mask()
