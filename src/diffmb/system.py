@@ -287,6 +287,11 @@ class TreeSystem(System):
         return p
 
     def init_state(self, params):
+        if self._element_states:   # the elements' states, one compiled program (not op by op)
+            return _jitted_init_state(self, params)
+        return jnp.concatenate([params["q0"], params["qd0"]])
+
+    def _init_state(self, params):
         x = [params["q0"], params["qd0"]]
         if self._element_states:
             model, q, qd = params["model"], params["q0"], params["qd0"]
@@ -519,5 +524,10 @@ class TreeSystem(System):
 @sp.jit_per_form
 def _jitted_state_derivative(system, t, x, params):
     return system.state_derivative(t, x, params)
+
+
+@sp.jit_per_form
+def _jitted_init_state(system, params):
+    return system._init_state(params)
 
 

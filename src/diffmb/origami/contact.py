@@ -450,13 +450,16 @@ class PanelContact(ForceElement):
         slope = jax.grad(lambda g: jnp.sum(br.barrier(g, p["dhat"])))(gaps)
         return panel_stiffness(p, self._budget(z)) * armed * weights * jnp.abs(slope)
 
-    def diagnostics(self, model, ws, z, p):
+    def detect(self, ws, z, p):
+        """The detector's figures, contact on or off: ``(figures, crease angles, vertices,
+        pair bounds)`` (the last two ``None`` without pairs): every crease's angle, and the
+        deepest overlap of two panels that share no crease, with its pair."""
         out = {}
         theta = self.crease_angles(ws, z, p)
         if theta.shape[0]:
             out["crease_angle"] = theta
         P = bound = None
-        if self.pairs:   # one pass over the panels for the detector and the barrier's figures
+        if self.pairs:
             P = self.vertices(ws, p)
             bound = self._pair_bounds(P, p)
             if len(self.pairs) > DETECT_CAPACITY:
@@ -464,6 +467,11 @@ class PanelContact(ForceElement):
             pick, depth = self._overlaps(P, p, bound)
             out["panel_overlap"] = jnp.max(depth)
             out["panel_overlap_pair"] = pick[jnp.argmax(depth)].astype(P.dtype)
+        return out, theta, P, bound
+
+    def diagnostics(self, model, ws, z, p):
+        # one pass over the panels for the detector and the barrier's figures
+        out, theta, P, bound = self.detect(ws, z, p)
         if self.forces:
             energy = jnp.zeros((), ws.pos.dtype)
             out["crease_margin"] = jnp.min(jnp.pi + p["psi_hat"] - jnp.abs(theta)) if theta.shape[0] else \
@@ -744,16 +752,22 @@ def check_panels(panels: dict, options: ContactOptions) -> None:
 
 
 def start_diagnostics(system, element: PanelContact, params) -> dict:
-    """The element's diagnostics at the system's start state (numpy): every crease's
-    angle, and the deepest overlap of two panels and its pair."""
+    """The detector's figures at the system's start state (numpy): every crease's angle,
+    and the deepest overlap of two panels and its pair (:meth:`PanelContact.detect`)."""
+    return jax.device_get(_start_diagnostics(system, system.elements.index(element), params))
+
+
+@eqx.filter_jit
+def _start_diagnostics(system, index: int, params) -> dict:
+    """:func:`start_diagnostics` as one compiled program (op by op, its few hundred small
+    operations would each compile on their own: 7-15 s before fold-2x4's run started)."""
     from ..tree.kinematics import kinematics
 
     x0 = system.init_state(params)
     q0, qd0 = system.split(x0)
-    p = params["elements"][system.elements.index(element)]
     ws = kinematics(params["model"], q0, qd0)
-    z = system.element_states(x0)[system.elements.index(element)]
-    return jax.device_get(element.diagnostics(params["model"], ws, z, p))
+    z = system.element_states(x0)[index]
+    return system.elements[index].detect(ws, z, params["elements"][index])[0]
 
 
 def check_start(system, element: PanelContact, params) -> None:
@@ -885,22 +899,18 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
     angle: its declared fold may be a guess the closure solve moved (``--fold-fraction``),
     and unwrapping the run's angles about a reference half a turn away would add a full
     turn."""
-    from ..tree.kinematics import kinematics
-
     x0 = system.init_state(params)
     qdd = np.asarray(eqx.filter_jit(system.accelerations)(0.0, x0, params)[0])
     model = params["model"]
     q0, _ = system.split(x0)
     p = element.numbers
-    ws0 = kinematics(model, q0)
-    theta0 = np.asarray(element.geometric_cut_angles(ws0, p))
+    theta0 = np.asarray(_cut_angles(element, model, q0, p))
     folded = np.abs(np.abs(theta0) - np.pi) < 1e-6
     sides = np.sign(np.asarray(element.cut_folds))
     scale = np.max(np.abs(qdd))
     if scale > 0 and folded.any():
         h2 = 2e-6 / scale          # moves the fastest coordinate by 1e-6
-        ws = kinematics(model, jnp.asarray(q0) + 0.5 * h2 * jnp.asarray(qdd))
-        theta = np.asarray(element.geometric_cut_angles(ws, p))
+        theta = np.asarray(_cut_angles(element, model, jnp.asarray(q0) + 0.5 * h2 * jnp.asarray(qdd), p))
         moved = np.abs(np.abs(theta) - np.pi) > 1e-9
         sides = np.where(folded & moved, np.sign(theta), sides)
     # off flat, the nearest quarter turn: within an eighth of a turn of the start, so the
@@ -908,6 +918,13 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
     # a start fold keeps one program)
     quarter = np.pi / 2 * np.round(theta0 / (np.pi / 2))
     return tuple(float(np.pi * s) if f else float(a) for s, f, a in zip(sides, folded, quarter))
+
+
+@eqx.filter_jit
+def _cut_angles(element: PanelContact, model, q, p):
+    from ..tree.kinematics import kinematics
+
+    return element.geometric_cut_angles(kinematics(model, q), p)
 
 
 def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> PanelContact:
