@@ -23,7 +23,7 @@ from diffmb.system import System
 from diffmb.viewer.plots import plot_trajectory
 from helpers import interrupt_after
 
-JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "compile_s", "compile_cached", "energy",
+JSON_KEYS = {"scenario", "t1", "dt", "solver", "steps", "wall_s", "build_s", "compile_s", "compile_cached", "energy",
              "angular_momentum", "violation", "final", "contact", "status", "warnings",
              "mobility", "notes"}  # contact: issue 58; mobility, notes: issue 56
 PENDULUM = ["run", "pendulum", "--t1", "0.4", "--segments", "4", "--quiet"]
@@ -54,7 +54,7 @@ def test_run_double_pendulum_writes_everything(tmp_path):
     assert rep["t1"] == 0.5 and rep["dt"] == 1e-3 and rep["steps"] == 500
     assert set(rep["energy"]) == {"quantity", "initial", "final", "max_abs_change", "max_rel_change"}
     assert rep["energy"]["max_rel_change"] < 1e-9  # RK4, dt = 1 ms, conservative system
-    assert rep["wall_s"] >= 0 and rep["compile_s"] >= 0
+    assert rep["wall_s"] >= 0 and rep["compile_s"] >= 0 and rep["build_s"] > 0
     assert list(rep["final"]) == ["theta1", "theta2", "theta1_dot", "theta2_dot"]
 
     # the CLI ran the right thing: compare with one direct simulate call

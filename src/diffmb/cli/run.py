@@ -36,7 +36,9 @@ parameters, one warning line says so before any work (it is still replaced: give
 replaces it quietly. A segment that ends with an event or a divergence stops the run:
 what was computed is kept and written as usual.
 
-Timing: ``compile_s`` is the ahead-of-time compile of the segment (trace, lower, XLA
+Timing: ``build_s`` is building the system from the scenario's numbers (the model, the
+closures' start state, an origami pattern's start check), its few small programs' compile
+included; ``compile_s`` is the ahead-of-time compile of the segment (trace, lower, XLA
 compile: :func:`~diffmb.simulation.integrate.compile_simulation`), done once before the first
 segment (``compile_cached``: how many of its programs were read back from the command
 line's persistent compilation cache instead, :mod:`diffmb.simulation.compile_cache`); ``wall_s``
@@ -61,6 +63,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +168,8 @@ class RunConfig:
     model: str | None = None
     #: what the build said: ``(is_warning, sentence)`` (a crease pattern's notes, a locked pattern)
     notes: tuple = ()
+    #: seconds spent building the system (``sc.make``), its small programs' compile included
+    build_s: float = 0.0
 
     @property
     def plan(self) -> resumable.Plan:
@@ -198,9 +203,11 @@ def resolve(args) -> RunConfig:
     """Scenario defaults + options -> a validated RunConfig (ValueError/UsageError on bad input)."""
     sc = scenario_of(args)
     stabilization = args.stabilization or sc.stabilization
+    start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PatternNote)
         system, params, values = sc.make(parse_sets(args.sets), stabilization)
+    build_s = time.perf_counter() - start
     notes = []
     for w in caught:
         if issubclass(w.category, PatternNote):
@@ -226,7 +233,7 @@ def resolve(args) -> RunConfig:
         segments=int(segments), segments_given=args.segments is not None, resume=args.resume,
         animate=bool(getattr(args, "animate", False)), discard=bool(getattr(args, "discard", False)),
         conserved=tuple(sc.conserved(values)), model=model_source(args),
-        view=bool(getattr(args, "view", False)), notes=tuple(notes),
+        view=bool(getattr(args, "view", False)), notes=tuple(notes), build_s=build_s,
     )
 
 
@@ -392,6 +399,7 @@ def report(cfg: RunConfig, res: RunResult) -> dict:
         "solver": cfg.solver,
         "steps": int(traj.n_steps),
         "wall_s": res.wall_s,
+        "build_s": getattr(cfg, "build_s", None),
         "compile_s": res.compile_s,
         "compile_cached": res.compile_cached,
         "energy": summ.get("energy"),
@@ -489,6 +497,7 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
         ("steps", f"{obj['steps']} ({cfg.solver}, dt = {cfg.dt if cfg.dt is not None else 'adaptive'}, "
                   f"{res.segments_done} segment{'s' if res.segments_done != 1 else ''})"),
         ("wall", f"{res.wall_s:.3g} s simulation"),
+        ("build", f"{cfg.build_s:.3g} s (the system, its start state and checks)"),
         ("compile", f"{res.compile_s:.3g} s" + (
             f" ({res.compile_cached} program{'s' if res.compile_cached != 1 else ''} read from the "
             f"compilation cache {compile_cache.folder()})" if res.compile_cached else "")),
