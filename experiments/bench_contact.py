@@ -2,7 +2,9 @@
 detector still runs at the save points) beside ``contact=1`` (two-tier barriers), in one
 run of this script so that the machine's load is shared.
 
-For every case: compile time (ahead of time, :func:`diffmb.simulation.integrate.compile_simulation`),
+For every case: the time to build the system (``build_s``: the start state and, with a
+pattern's panels, the start check), compile time (ahead of time,
+:func:`diffmb.simulation.integrate.compile_simulation`),
 the median time per fixed RK4 step over ``--repeats`` runs of ``--horizon`` seconds at
 ``--dt`` (the per-step cost of the vector field, contact term included), the ratio of the
 two, and of the adaptive default (projection + Dopri5) over ``--adaptive`` seconds: steps,
@@ -40,7 +42,9 @@ def case(name, values, contact, horizon, dt, repeats, adaptive):
     from diffmb.simulation.integrate import compile_simulation
 
     sc = scenarios.get(name)
+    start = time.perf_counter()
     system, params, _ = sc.make({**values, "contact": float(contact)})
+    build_s = time.perf_counter() - start
     run, compile_s = compile_simulation(system, params=params, t1=horizon, dt=dt, solver="rk4", saveat=2,
                                         diagnostics=False)
     walls = []
@@ -52,7 +56,8 @@ def case(name, values, contact, horizon, dt, repeats, adaptive):
     steps = max(1, int(tr.n_steps))
     row = {"case": name + "".join(f" {k}={v:g}" for k, v in values.items()), "contact": contact,
            "panels": len(system.elements[0].panel_names), "pairs": len(system.elements[0].pairs),
-           "compile_s": compile_s, "us_per_step": 1e6 * statistics.median(walls) / steps, "rk4_steps": steps}
+           "build_s": build_s, "compile_s": compile_s, "us_per_step": 1e6 * statistics.median(walls) / steps,
+           "rk4_steps": steps}
     if adaptive > 0:
         run, row["adaptive_compile_s"] = compile_simulation(system, params=params, saveat=101,
                                                             **sc.run_settings(t1=adaptive))
@@ -104,14 +109,16 @@ def main():
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"\n{'case':24s} {'panels':>6s} {'us/step off':>11s} {'on':>9s} {'ratio':>6s} "
-          f"{'compile off':>11s} {'on':>6s} {'dopri5 steps, wall off/on':>28s} {'crease deg off/on':>18s} "
+          f"{'build off':>9s} {'on':>5s} {'compile off':>11s} {'on':>6s} {'dopri5 steps, wall off/on':>28s} "
+          f"{'crease deg off/on':>18s} "
           f"{'status off / on'}")
     for off, on in pairs:
         adapt = (f"{off.get('adaptive_steps', '-')}/{on.get('adaptive_steps', '-')} "
                  f"{off.get('adaptive_wall_s', float('nan')):.2f}/{on.get('adaptive_wall_s', float('nan')):.2f} s")
         crease = f"{off.get('max_crease_deg', float('nan')):.1f}/{on.get('max_crease_deg', float('nan')):.1f}"
         print(f"{off['case']:24s} {off['panels']:6d} {off['us_per_step']:11.0f} {on['us_per_step']:9.0f} "
-              f"{on['us_per_step'] / off['us_per_step']:6.2f} {off['compile_s']:11.1f} {on['compile_s']:6.1f} "
+              f"{on['us_per_step'] / off['us_per_step']:6.2f} {off['build_s']:9.1f} {on['build_s']:5.1f} "
+              f"{off['compile_s']:11.1f} {on['compile_s']:6.1f} "
               f"{adapt:>28s} {crease:>18s} {off.get('status', '-')} / {on.get('status', '-')}")
     if growth is not None:
         print(f"contact term's extra cost per step ~ panels^{growth:.2f} over the map folds")
