@@ -760,7 +760,7 @@ def start_diagnostics(system, element: PanelContact, params) -> dict:
 @eqx.filter_jit
 def _start_diagnostics(system, index: int, params) -> dict:
     """:func:`start_diagnostics` as one compiled program (op by op, its few hundred small
-    operations would each compile on their own: 7-15 s before fold-2x4's run started)."""
+    operations would each compile on their own: 6-13 s of XLA before fold-2x4 could run)."""
     from ..tree.kinematics import kinematics
 
     x0 = system.init_state(params)
