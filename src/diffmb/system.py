@@ -292,13 +292,12 @@ class TreeSystem(System):
         return jnp.concatenate([params["q0"], params["qd0"]])
 
     def _init_state(self, params):
-        x = [params["q0"], params["qd0"]]
-        if self._element_states:
-            model, q, qd = params["model"], params["q0"], params["qd0"]
-            ws = kinematics(model, q, qd)
-            energy = self._energy(model, ws, q, qd, params)
-            x += [e.init_states(model, ws, p, energy) for e, p in zip(self.elements, params["elements"])]
-        return jnp.concatenate(x)
+        """``[q0; qd0]`` and the elements' start states (their energy budget included)."""
+        model, q, qd = params["model"], params["q0"], params["qd0"]
+        ws = kinematics(model, q, qd)
+        energy = self._energy(model, ws, q, qd, params)
+        return jnp.concatenate([q, qd] + [e.init_states(model, ws, p, energy)
+                                          for e, p in zip(self.elements, params["elements"])])
 
     def _energy(self, model, ws, q, qd, params):
         """Kinetic and potential energy, the hinge models' included, the elements' not."""
