@@ -88,11 +88,54 @@ def readme_folder(tmp_path, monkeypatch):
     return tmp_path
 
 
+#: The README's commands run as this many tests, so that the slow job's workers share them.
+COMMAND_GROUPS = 3
+
+
+def _command_groups(commands: list, n: int = COMMAND_GROUPS) -> list:
+    """``commands`` in ``n`` groups, each in the README's order: a command that names a
+    file another names (the same path up to its extension: ``view out/fold-4panel.npz``
+    reads what ``run fold-4panel --json out/fold-4panel.json --out out`` wrote) goes with
+    it; otherwise each set of linked commands goes to the group with the fewest so far."""
+    stems = [{f.rsplit(".", 1)[0] for f in re.findall(r"(?:^|\s)(out/[\w./-]+\.\w+)", c)} for c in commands]
+    parent = list(range(len(commands)))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(len(commands)):
+        for j in range(i):
+            if stems[i] & stems[j]:
+                parent[root(i)] = root(j)
+    groups, where = [[] for _ in range(n)], {}
+    for i, c in enumerate(commands):
+        r = root(i)
+        if r not in where:
+            where[r] = min(range(n), key=lambda g: len(groups[g]))
+        groups[where[r]].append(c)
+    return groups
+
+
+def test_the_readme_commands_are_grouped_with_the_commands_whose_files_they_read():
+    groups = _command_groups(_diffmb_commands())
+    assert sorted(c for g in groups for c in g) == sorted(_diffmb_commands())
+    assert all(groups) and max(map(len, groups)) - min(map(len, groups)) <= 2
+    for reader, writer in (("diffmb view out/fold-4panel.npz", "diffmb run fold-4panel --json out/fold-4panel.json"),
+                           ("diffmb fit fold-4panel --data out/deploy.csv", "diffmb synth fold-4panel")):
+        g = next(g for g in groups if any(c.startswith(reader) for c in g))
+        assert [c for c in g if c.startswith(writer)], (reader, g)
+        assert min(i for i, c in enumerate(g) if c.startswith(writer)) < min(
+            i for i, c in enumerate(g) if c.startswith(reader))
+
+
 @pytest.mark.slow
-def test_every_readme_command_runs_in_reasonable_time(readme_folder):
+@pytest.mark.parametrize("group", range(COMMAND_GROUPS))
+def test_every_readme_command_runs_in_reasonable_time(readme_folder, group):
     script = shutil.which("diffmb", path=str(Path(sys.executable).parent)) or shutil.which("diffmb")
     took = {}
-    for line in _diffmb_commands():
+    for line in _command_groups(_diffmb_commands())[group]:
         tic = time.perf_counter()
         r = subprocess.run([script, *shlex.split(line)[1:]], cwd=readme_folder, capture_output=True, text=True,
                            timeout=COMMAND_LIMIT_S)
