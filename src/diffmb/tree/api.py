@@ -22,6 +22,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
@@ -95,12 +96,14 @@ def frame_pose(model: Model, q: ArrayLike, name: str) -> tuple[Array, Array]:
 def coordinate_rates(model: Model, q: ArrayLike, qd: ArrayLike) -> Array:
     """``q_dot`` from ``qd`` (identity except MRP joints, Fulton & Schaub eqs. 3-4)."""
     q, qd = _vec(model, q, "q"), _vec(model, qd, "qd")
-    out = qd
+    parts, take = [qd], np.arange(qd.shape[-1])
     for kind, bodies, qidx in layout(model).groups:
         if kind in jt.MRP_KINDS:
             rates = jax.vmap(lambda a, b, k=kind: jt.qdot(k, a, b))(q[qidx], qd[qidx])
-            out = out.at[qidx.reshape(-1)].set(rates.reshape(-1))
-    return out
+            take[np.asarray(qidx).reshape(-1)] = sum(p.size for p in parts) + np.arange(rates.size)
+            parts.append(rates.reshape(-1))
+    # one gather of known indices, not a scatter (which a CPU runs as a loop)
+    return qd if len(parts) == 1 else jnp.concatenate(parts)[take]
 
 
 # ---------------------------------------------------------------------------- dynamics
