@@ -140,6 +140,33 @@ def test_a_large_rounded_miura_folds_on_its_assignments_branch_from_the_command_
     assert not any("against its assignment" in n for n in notes)
 
 
+def test_the_drivers_follow_the_assignments_branch_whatever_a_random_probe_lands_on(monkeypatch):
+    """Without ``--drive``, the drivers are those of the branch the assignments' folding
+    motion lands on. Flat is where many branches meet, and a random probe may land on one
+    of higher dimension (on another CPU's round-off, the 12 x 13 Miura-ori's did): here a
+    probe is made to land at flat itself, where every crease is free to first order. With
+    the largest dimension over every landing, as before, it chose a driver per crease."""
+    from diffmb.closures import mobility
+    from diffmb.origami import start_state
+
+    calls = []
+    real = start_state.auto_drivers
+    monkeypatch.setattr(start_state, "auto_drivers", lambda *a, **k: calls.append((a, k)) or real(*a, **k))
+    _built(load_fold(rounded_miura(), fold_fraction=0.3, drive=()))
+    args, kwargs = calls[-1]
+    chosen, _ = real(*args, **kwargs)
+    assert len(chosen) == 1
+
+    landings = mobility.landings
+
+    def also_flat(residual, jacobian, step_q, q0, cols, qcols, probes=mobility.PROBES, **kw):
+        out = landings(residual, jacobian, step_q, q0, cols, qcols, probes=probes, **kw)
+        return out + [np.asarray(q0)] if probes else out
+
+    monkeypatch.setattr(mobility, "landings", also_flat)
+    assert real(*args, **kwargs)[0] == chosen
+
+
 def test_a_cut_crease_that_starts_off_flat_is_unwrapped_about_its_own_angle():
     """The detector unwraps crease angles in time about their start branch. A cut crease
     folded flat needs its side from the motion; one that is not takes the quarter turn
