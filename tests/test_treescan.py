@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import diffmb
+from diffmb.math import spatial as sp
 from diffmb.tree import aba, crba, rnea, scan
 from diffmb.tree.kinematics import kinematics
 from diffmb.tree.layout import layout
@@ -35,7 +36,7 @@ def _loop_subtree(parents, x):
     return y
 
 
-@pytest.fixture(params=["small-tree forms", "doubling"])
+@pytest.fixture(params=["small-tree forms", "doubling", "small-tree forms, accelerator form"])
 def sweep_path(request, monkeypatch):
     if request.param == "doubling":
         monkeypatch.setattr(scan, "DENSE_MAX_BODIES", 0)
@@ -43,6 +44,8 @@ def sweep_path(request, monkeypatch):
     else:
         monkeypatch.setattr(scan, "DENSE_MAX_BODIES", 10_000)
         monkeypatch.setattr(scan, "UNROLL_MAX_BODIES", 10_000)
+    if "accelerator" in request.param:  # sums along the tree by reduced products, not matrix kernels
+        monkeypatch.setattr(sp, "contraction_form", lambda: "device")
     return request.param
 
 
