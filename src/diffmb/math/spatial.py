@@ -198,6 +198,17 @@ def mtv(A, x):
     return _terms(A, x[..., :, None], -2, -2)
 
 
+def table_product(A, x):
+    """``A @ x`` (``A`` 1-D or 2-D, its last axis contracted with ``x``'s first): a matrix
+    kernel, except in the accelerator form (:func:`traced_as`), where the product reduced
+    elementwise fuses with what feeds it (a tree's sums along its paths by a 0/1 table, a
+    Runge-Kutta step's weighted slopes)."""
+    if contraction_form() != "device":
+        return A @ x
+    a = A.reshape(A.shape + (1,) * (x.ndim - 1))
+    return jnp.sum(a * x.reshape((1,) * (A.ndim - 1) + x.shape), axis=A.ndim - 1)
+
+
 def mm(A, B):
     """Matrix-matrix product (small matrices only)."""
     if not writes_out(A.shape[-1], jnp.broadcast_shapes(A.shape[:-1] + (1,), B.shape[:-2] + (1, B.shape[-1]))):

@@ -47,26 +47,17 @@ UNROLL_MAX_BODIES = 16
 DENSE_MAX_BODIES = 64
 
 
-def _product(A, x):
-    """``A @ x`` for a constant 0/1 table ``A``: a matrix kernel, except in the accelerator
-    form (:func:`diffmb.math.spatial.traced_as`), where the reduced product fuses with what
-    feeds it."""
-    if sp.contraction_form() == "device":
-        return jnp.sum(A[:, :, None] * x[None], axis=1)
-    return A @ x
-
-
 def dof_to_body(lay, x):
     """``y_b = sum of x_j over the velocities j of body b's joint`` (x: ``(nv, ...)``)."""
     if lay.n_bodies <= DENSE_MAX_BODIES:
         B = jnp.asarray(lay.dof_body[None, :] == np.arange(lay.n_bodies)[:, None], x.dtype)
-        return _product(B, x.reshape(lay.nv, -1)).reshape((lay.n_bodies,) + x.shape[1:])
+        return sp.table_product(B, x.reshape(lay.nv, -1)).reshape((lay.n_bodies,) + x.shape[1:])
     return jax.ops.segment_sum(x, lay.dof_body, num_segments=lay.n_bodies)
 
 
 def _dense(lay, x, transpose):
     A = jnp.asarray(lay.ancestors.T if transpose else lay.ancestors, x.dtype)
-    return _product(A, x.reshape(lay.n_bodies, -1)).reshape(x.shape)
+    return sp.table_product(A, x.reshape(lay.n_bodies, -1)).reshape(x.shape)
 
 
 def ancestors_sum(lay, x):
