@@ -247,6 +247,27 @@ def test_a_members_footprint_is_read_from_its_program(fold4_members):
 
 
 @pytest.mark.slow
+def test_a_chunk_diagnoses_one_save_point_at_a_time():
+    """A chunk's diagnostics at its save points, the panel detector's pair arrays among
+    them, are taken one save point at a time: side by side they made a 6x6 map fold's
+    chunk 22.6 MB a member (14.6 GB for 1,024 members on an H200, which the chunk rule
+    then split). A save point now adds about its saved state (3x3 map fold: 0.6 KB a save
+    point against 60 KB before)."""
+    from diffmb.design.batch import member_values, scenario_batch
+
+    vals = member_values({"K": (0.005, 0.02)}, {"rows": 3.0, "cols": 3.0}, 4, sample="random", seed=0)
+    system, params = scenario_batch(get("map-fold"), vals, "baumgarte")
+    temp = {}
+    for saveat in (11, 41):
+        member = batch.member_runner(system, t1=0.04, dt=1e-3, saveat=saveat, max_violation=1.0)
+        _, _, compiled = batch._compiled(member, params, jnp.zeros((4, 1)))
+        temp[saveat] = compiled.memory_analysis().temp_size_in_bytes / 4
+    state_bytes = 8 * system.init_state(jax.tree.map(lambda a: a[0] if getattr(a, "ndim", 0) else a, params)).size
+    per_save_point = (temp[41] - temp[11]) / 30
+    assert 0 < per_save_point < 10 * state_bytes, (per_save_point, state_bytes)
+
+
+@pytest.mark.slow
 def test_the_device_script_runs_on_a_cpu_at_tiny_sizes(tmp_path):
     """``bench_gpu.sh --smoke``: the census and the batch benchmark (diffmb float64 and
     float32, MJX beside them: a row that says why where MJX is missing) end to end."""
