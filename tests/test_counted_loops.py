@@ -269,8 +269,9 @@ def test_a_chunk_diagnoses_one_save_point_at_a_time():
 
 @pytest.mark.slow
 def test_the_device_script_runs_on_a_cpu_at_tiny_sizes(tmp_path):
-    """``bench_gpu.sh --smoke``: the census and the batch benchmark (diffmb float64 and
-    float32, MJX beside them: a row that says why where MJX is missing) end to end."""
+    """``bench_gpu.sh --smoke``: the census, the step's profile and the batch benchmark
+    (diffmb float64 and float32, MJX beside them: a row that says why where MJX is
+    missing) end to end."""
     import json
     import os
     import subprocess
@@ -291,6 +292,11 @@ def test_the_device_script_runs_on_a_cpu_at_tiny_sizes(tmp_path):
         assert "error" not in by[engine] and by[engine]["throughput"] > 0 and by[engine]["step_ms"] > 0
     assert by["diffmb-f64"]["violation"] < 1e-9
     assert "mjx" in by and ("error" in by["mjx"] or by["mjx"]["throughput"] > 0)
+    profile = json.loads((tmp_path / "profile" / "profile_fold4_4.json").read_text())
+    files = profile["files_ms_per_step"]
+    # the kernels' time is laid at the files that traced them: the factor and its solves among them
+    assert profile["kernel_ms_per_step"] > 0 and files.get("?", 0) < 0.2 * sum(files.values())
+    assert "math/small_cholesky.py" in files and "tree/crba.py" in files
     contact = json.loads((tmp_path / "contact.json").read_text())["rows"]
     assert {r["contact"] for r in contact} == {0, 1}
     assert all(r["reports_contact"] and r["statuses"]["success"] == r["batch"] for r in contact)
