@@ -2,8 +2,8 @@
 source module, read from a profiler trace of the compiled program (a GPU when lent; a CPU
 gives the same table from its own thunks).
 
-The chunk program of ``--batch`` members (Baumgarte, RK4 at ``--dt``, ``--steps`` steps, 11
-save points) is compiled in the form its device gets, run once to warm up, then run under
+The chunk program of ``--batch`` members (Baumgarte, RK4 at ``--dt``, ``--steps`` steps,
+``--saveat`` save points) is compiled in the form its device gets, run once to warm up, then run under
 ``jax.profiler.trace``. Every kernel's time is summed per HLO instruction; each instruction
 is attributed to the ``file:function`` most of its fused instructions were traced from
 (XLA's stack frames, listed at the end of the program's text), so the table says, for example, how much of a step the
@@ -115,7 +115,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--dt", type=float, default=1e-3)
+    ap.add_argument("--saveat", type=int, default=11, help="save points (a sweep's default: one a step)")
     ap.add_argument("--top", type=int, default=15, help="instructions printed")
+    ap.add_argument("--form", default=None, help="the form traced (default: the device's own; 'device' on a CPU "
+                    "profiles the accelerator form there)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "profile")
     args = ap.parse_args(argv)
 
@@ -126,10 +129,10 @@ def main(argv=None):
     from diffmb.design import batch
 
     system, params = _system(args.case, args.batch)
-    member = batch.member_runner(system, t1=args.steps * args.dt, dt=args.dt, solver="rk4", saveat=11,
-                                 max_violation=1.0)
+    member = batch.member_runner(system, t1=args.steps * args.dt, dt=args.dt, solver="rk4",
+                                 saveat=args.saveat, max_violation=1.0)
     x0 = jnp.zeros((args.batch, 1))
-    run, compile_s, compiled = batch._compiled(member, params, x0)
+    run, compile_s, compiled = batch._compiled(member, params, x0, form=args.form)
     jax.block_until_ready(run(member, params, x0))
     tic = time.perf_counter()
     jax.block_until_ready(run(member, params, x0))

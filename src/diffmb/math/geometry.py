@@ -179,30 +179,42 @@ def edges(V, valid):
     return W, jnp.where(edge_ok[:, None], nxt, W[0][None, :])
 
 
+def _extent(u, V, valid):
+    """``(lo, hi)``: the least and greatest projection of the real vertices of ``V (k, 3)``
+    on each axis ``u (a, 3)``, written out over the ``k`` vertices: elementwise, so that
+    XLA fuses the projections with their extremes where a product and two reductions
+    materialised ``a x k`` arrays per pair (the detector's cost at a sweep's save points)."""
+    lo = hi = None
+    for k in range(V.shape[0]):
+        p = _dot(u, V[k][None, :])
+        pl, ph = jnp.where(valid[k], p, jnp.inf), jnp.where(valid[k], p, -jnp.inf)
+        lo, hi = (pl, ph) if lo is None else (jnp.minimum(lo, pl), jnp.maximum(hi, ph))
+    return lo, hi
+
+
 def overlap_depth(V1, m1, V2, m2):
     """The separating-axis depth of two convex polygons (see module docstring): the
     smallest overlap of their projections over the axes that can separate them (both
     normals, each polygon's in-plane edge normals, the cross products of their edges).
     Negative: apart by at least that much along some axis; 0: touching; positive: the
-    depth to which one passes through the other."""
+    depth to which one passes through the other. Each group of axes is projected
+    unnormalised and its overlaps divided by the axis' length: no array of unit axes."""
     n1, n2 = polygon_normal(V1, m1), polygon_normal(V2, m2)
     (a1, b1), (a2, b2) = edges(V1, m1), edges(V2, m2)
-    r1, r2 = m1, m2
     e1, e2 = b1 - a1, b2 - a2
-    side1 = jnp.cross(n1[None, :], e1)
-    side2 = jnp.cross(n2[None, :], e2)
-    cross = jnp.cross(e1[:, None, :], e2[None, :, :]).reshape(-1, 3)
-    cross_ok = (r1[:, None] & r2[None, :]).reshape(-1)
-    axes = jnp.concatenate([n1[None], n2[None], side1, side2, cross])
-    ok = jnp.concatenate([jnp.array([True, True]), r1, r2, cross_ok])
     size = jnp.maximum(jnp.max(jnp.abs(V1)), jnp.max(jnp.abs(V2))) + 1.0
-    length2 = jnp.sum(axes * axes, -1)
-    ok = ok & (length2 > 1e-20 * size**4)
-    u = _unit(axes)
-    P1, P2 = u @ V1.T, u @ V2.T
-    lo1, hi1 = jnp.min(jnp.where(m1[None, :], P1, jnp.inf), 1), jnp.max(jnp.where(m1[None, :], P1, -jnp.inf), 1)
-    lo2, hi2 = jnp.min(jnp.where(m2[None, :], P2, jnp.inf), 1), jnp.max(jnp.where(m2[None, :], P2, -jnp.inf), 1)
-    # the shorter push that separates the two intervals (negative: the gap between them);
-    # a flat polygon's own normal holds it as a point, which the other one straddles
-    overlap = jnp.minimum(hi1 - lo2, hi2 - lo1)
-    return jnp.min(jnp.where(ok, overlap, jnp.inf))
+    true = jnp.ones((1,), bool)
+    groups = ((n1[None], true), (n2[None], true),
+              (jnp.cross(n1[None, :], e1), m1), (jnp.cross(n2[None, :], e2), m2),
+              (jnp.cross(e1[:, None, :], e2[None, :, :]).reshape(-1, 3), (m1[:, None] & m2[None, :]).reshape(-1)))
+    depth = jnp.asarray(jnp.inf, V1.dtype)
+    for axes, ok in groups:
+        length2 = _dot(axes, axes)
+        ok = ok & (length2 > 1e-20 * size**4)
+        lo1, hi1 = _extent(axes, V1, m1)
+        lo2, hi2 = _extent(axes, V2, m2)
+        # the shorter push that separates the two intervals (negative: the gap between them);
+        # a flat polygon's own normal holds it as a point, which the other one straddles
+        overlap = jnp.minimum(hi1 - lo2, hi2 - lo1) / jnp.sqrt(jnp.where(ok, length2, 1.0))
+        depth = jnp.minimum(depth, jnp.min(jnp.where(ok, overlap, jnp.inf)))
+    return depth
