@@ -192,14 +192,17 @@ def _extent(u, V, valid):
     return lo, hi
 
 
-def overlap_depth(V1, m1, V2, m2):
+def overlap_depth(V1, m1, V2, m2, n1=None, n2=None):
     """The separating-axis depth of two convex polygons (see module docstring): the
     smallest overlap of their projections over the axes that can separate them (both
     normals, each polygon's in-plane edge normals, the cross products of their edges).
     Negative: apart by at least that much along some axis; 0: touching; positive: the
     depth to which one passes through the other. Each group of axes is projected
-    unnormalised and its overlaps divided by the axis' length: no array of unit axes."""
-    n1, n2 = polygon_normal(V1, m1), polygon_normal(V2, m2)
+    unnormalised and its overlaps divided by the axis' length: no array of unit axes.
+    ``n1``, ``n2``: the polygons' :func:`polygon_normal`, where the caller has them (a
+    panel's, once for all its pairs)."""
+    n1 = polygon_normal(V1, m1) if n1 is None else n1
+    n2 = polygon_normal(V2, m2) if n2 is None else n2
     (a1, b1), (a2, b2) = edges(V1, m1), edges(V2, m2)
     e1, e2 = b1 - a1, b2 - a2
     size = jnp.maximum(jnp.max(jnp.abs(V1)), jnp.max(jnp.abs(V2))) + 1.0

@@ -442,7 +442,8 @@ class PanelContact(ForceElement):
         c = jnp.sum(jnp.where(m[..., None], P, 0.0), 1) / jnp.sum(m, 1).astype(P.dtype)[:, None]
         Ps = c[:, None, :] + (1.0 - p["shrink"]) * (P - c[:, None, :])
         i, j = I[pick], J[pick]
-        return pick, jax.vmap(geo.overlap_depth)(Ps[i], m[i], Ps[j], m[j])
+        n = jax.vmap(geo.polygon_normal)(Ps, m)          # once a panel, not once a pair
+        return pick, jax.vmap(geo.overlap_depth)(Ps[i], m[i], Ps[j], m[j], n[i], n[j])
 
     def _primitive_forces(self, z, p, armed, weights, gaps):
         """The barrier's force along each primitive of the candidate pairs, ``kappa a w
