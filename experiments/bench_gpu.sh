@@ -22,6 +22,12 @@
 #
 #     bash experiments/bench_gpu.sh [DIR]
 #     bash experiments/bench_gpu.sh --smoke [DIR]    # the same script on a CPU, tiny sizes (CI)
+#
+# The H200 image has jax 0.11.2, diffrax and equinox but no MuJoCo: MJX's rows need the
+# wheels mujoco==3.17.0, mujoco-mjx==3.17.0, trimesh, glfw, pyopengl, websockets and etils
+# (cp312, manylinux) installed ahead into a --target folder on PYTHONPATH. The whole script
+# took 555 s on 2026-12-04 before it was trimmed: give it a timeout that leaves time to copy
+# DIR.tar.gz back.
 set -u
 SMOKE=0
 if [ "${1:-}" = "--smoke" ]; then SMOKE=1; shift; fi
