@@ -631,13 +631,14 @@ class PanelContact(ForceElement):
                 k = max(bad, key=lambda k: over[:, k].max())
                 i = int(np.argmax(over[:, k] > tol))
                 worst = float(np.degrees(np.abs(s[:, k]).max()))
+                past = float(over[:, k].max())   # in rad: a few 1e-4 past flat reads as 180 deg in degrees
                 names = ", ".join(self.crease_labels[b] for b in bad)
                 out.append({"kind": "crease_overfold", "t": float(ts[i]), "crease": self.crease_labels[k],
-                            "angle_deg": worst, "creases": [self.crease_labels[b] for b in bad],
+                            "angle_deg": worst, "past_flat_rad": past, "creases": [self.crease_labels[b] for b in bad],
                             "message": (f"crease {self.crease_labels[k]} folded past 180 deg at t = {ts[i]:.6g} s "
-                                        f"(to {worst:.4g} deg): its panels pass through each other "
-                                        f"(zero-thickness panels meet face to face at +-180 deg); creases past "
-                                        f"it: {names}. {self._remedy('crease')}")})
+                                        f"(by up to {past:.3g} rad, to {worst:.7g} deg): its panels pass through "
+                                        f"each other (zero-thickness panels meet face to face at +-180 deg); "
+                                        f"creases past it: {names}. {self._remedy('crease')}")})
         if "panel_overlap" in diagnostics and valid.any():
             ov = np.where(valid, np.asarray(diagnostics["panel_overlap"], float), -np.inf)
             tol = float(params["overlap_tolerance"])
