@@ -53,7 +53,8 @@ if [ "$SMOKE" = "1" ]; then
   "$PY" experiments/bench_census.py --cases fold4 --members 2 --steps 10 --out "$DIR/census.json" || exit 1
   "$PY" experiments/profile_step.py --case fold4 --batch 4 --steps 10 --out "$DIR/profile" || exit 1
   bench --cases fold4 --batches 4 --horizon 0.02 --engines diffmb-f64 diffmb-f32 mjx --timeout 240 --out "$DIR/fold4.json" || exit 1
-  bench --cases map2 --batches 2 --horizon 0.01 --engines diffmb-f64 mjx --timeout 240 --out "$DIR/map2.json" || exit 1
+  # the map folds run without MJX in the full script (they never finished within their allowance)
+  bench --cases map2 --batches 2 --horizon 0.01 --engines diffmb-f64 --timeout 240 --out "$DIR/map2.json" || exit 1
   "$PY" experiments/bench_contact_sweep.py --smoke --out "$DIR/contact.json" || exit 1
   exit 0
 fi
