@@ -541,21 +541,25 @@ def compile_simulation(system: System, **kwargs):
     its own instead of as a first call minus a second one. A change that alters the
     compiled structure (another solver, save-point count or step count) raises ValueError.
 
-    The solve's XLA compile runs on a second thread while this one traces and compiles
-    the diagnostics programs: XLA releases the GIL, so on two cores the two overlap
-    (fold-4panel: 4.6 -> 3.9 s). The diagnostics are the blocked programs of an eager
-    run (:func:`_diagnose_in_blocks`), whose shapes do not depend on the run's length: a
+    The solve's XLA compile runs on a worker thread while this one traces the diagnostics
+    programs, whose XLA compiles run on a second worker: XLA releases the GIL, so on two
+    cores they overlap (fold-4panel: 4.6 -> 3.9 s with the solve alone on a worker; its
+    RK4 run 2.3-2.7 -> 2.1-2.3 s with the diagnostics' compiles on a worker too; a second
+    worker each, three compiles at once, slowed a large solve). The diagnostics are the
+    blocked programs of an eager run (:func:`_diagnose_in_blocks`), whose shapes do not depend on the run's length: a
     run of the same structure with any save-point count, compiled ahead or not, shares
     them.
     """
     args = simulate(system, _compile_only=True, **kwargs)
     start = time.perf_counter()
     lowered = _solve.lower(*args)
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="diffmb-compile")
+    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="diffmb-compile")
     try:
         solve_compiled = pool.submit(lowered.compile)
-        diagnose = _compile_diagnostics(system, args.params, args.x0, args.run.form)
+        diagnosing = [pool.submit(low.compile) for low in _lower_diagnostics(system, args.params, args.x0,
+                                                                              args.run.form)]
         compiled = solve_compiled.result()
+        diagnose = tuple(f.result() for f in diagnosing)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     seconds = time.perf_counter() - start
@@ -851,15 +855,13 @@ def _diagnose_sample(system, params, ts, xs, x0, form="reduce"):
     return _sampled(system, params, ts, xs, x0)
 
 
-def _compile_diagnostics(system, params, x0, form):
-    """``(block, sample)``: :func:`_diagnose_block` and :func:`_diagnose_sample` compiled
-    ahead of time for ``system`` (for :func:`_diagnose_in_blocks`)."""
+def _lower_diagnostics(system, params, x0, form):
+    """``(block, sample)``: :func:`_diagnose_block` and :func:`_diagnose_sample` lowered
+    for ``system``, to be compiled ahead of time (for :func:`_diagnose_in_blocks`). Their
+    shapes come from NumPy arrays: a device array would compile a program of its own."""
     dtype = jnp.result_type(x0)
-    programs = []
-    for fn, n in ((_diagnose_block, DIAGNOSED_BLOCK), (_diagnose_sample, SAMPLED_POINTS)):
-        programs.append(fn.lower(system, params, jnp.zeros(n, dtype), jnp.zeros((n, x0.shape[0]), dtype),
-                                 x0, form).compile())
-    return tuple(programs)
+    return tuple(fn.lower(system, params, np.zeros(n, dtype), np.zeros((n, x0.shape[0]), dtype), x0, form)
+                 for fn, n in ((_diagnose_block, DIAGNOSED_BLOCK), (_diagnose_sample, SAMPLED_POINTS)))
 
 
 def _diagnose_in_blocks(system, params, ts, xs, x0, form, programs=None):
@@ -868,7 +870,7 @@ def _diagnose_in_blocks(system, params, ts, xs, x0, form, programs=None):
     points (the last padded) and the sampled ones at :data:`SAMPLED_POINTS` points (padded
     likewise). Runs of one system structure with any save-point count share them (the
     default test job compiled the per-length program 98 times). ``programs``: the two
-    compiled ahead (:func:`_compile_diagnostics`)."""
+    compiled ahead (:func:`_lower_diagnostics`)."""
     block, sampled = programs or (_diagnose_block, _diagnose_sample)
     ts, xs = np.asarray(ts), np.asarray(xs)
     n, B = xs.shape[0], DIAGNOSED_BLOCK
