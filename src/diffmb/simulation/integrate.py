@@ -546,9 +546,9 @@ def compile_simulation(system: System, **kwargs):
     cores they overlap (fold-4panel: 4.6 -> 3.9 s with the solve alone on a worker; its
     RK4 run 2.3-2.7 -> 2.1-2.3 s with the diagnostics' compiles on a worker too; a second
     worker each, three compiles at once, slowed a large solve). The diagnostics are the
-    blocked programs of an eager run (:func:`_diagnose_in_blocks`), whose shapes do not depend on the run's length: a
-    run of the same structure with any save-point count, compiled ahead or not, shares
-    them.
+    blocked programs of an eager run (:func:`_diagnose_in_blocks`), whose shapes do not
+    depend on the run's length: a run of the same structure with any save-point count,
+    compiled ahead or not, shares them.
     """
     args = simulate(system, _compile_only=True, **kwargs)
     start = time.perf_counter()
