@@ -1,0 +1,30 @@
+"""Panels that never pass through each other: the detector every origami run carries,
+and two-tier barrier contact (:mod:`.element`; ``docs/contact.md``)."""
+
+from .build import (
+           CAPACITY,
+           ContactOptions,
+           check_panels,
+           check_start,
+           cut_branches,
+           free_panels,
+           inradius,
+           panel_contact,
+           start_diagnostics,
+)
+from .element import ARMING_RATE, DETECT_CAPACITY, DIAGNOSED_PAIRS, PanelContact
+from .report import CREASE_TOLERANCE, OVERLAP_TOLERANCE
+from .rule import (
+           DHAT_RELATIVE,
+           MIN_BUDGET,
+           PSI_HAT,
+           certified_margin,
+           certified_margins,
+           crease_stiffness,
+           panel_stiffness,
+)
+
+__all__ = ["ARMING_RATE", "CAPACITY", "CREASE_TOLERANCE", "DETECT_CAPACITY", "DHAT_RELATIVE", "DIAGNOSED_PAIRS",
+           "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "ContactOptions", "PanelContact", "certified_margin",
+           "certified_margins", "check_panels", "check_start", "crease_stiffness", "cut_branches", "free_panels",
+           "inradius", "panel_contact", "panel_stiffness", "start_diagnostics"]

@@ -1,0 +1,86 @@
+"""Tier B's geometry, pure functions of the panels' world vertices ``P`` (``(n_panels,
+k, 3)``, a panel of fewer than ``k`` vertices padded by repeating its last, ``mask``
+saying which rows are real) and the pairs' panel indices ``I``, ``J``: a lower bound on
+every pair's distance (the broad phase), the exact primitive distances of one pair (the
+narrow phase, IPC's vertex-face and edge-edge primitives), and the detector's overlap
+test."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...math import barrier as br, geometry as geo
+
+
+def pair_bounds(P, mask, radius, I, J):
+    """A lower bound on every pair's distance: the bounding spheres' gap (``radius``:
+    each panel's about its vertex centroid), or the gap between one panel's plane and
+    the other's vertices, whichever is larger. Formed for all panels at once as dense
+    (panels x panels) tables, then read at the pairs: a few small products where a
+    gather of every pair's vertices would cost more than the rest of the contact term."""
+    c = jnp.sum(jnp.where(mask[..., None], P, 0.0), 1) / jnp.sum(mask, 1).astype(P.dtype)[:, None]
+    cc = jnp.sum(c * c, -1)
+    # centre distances from the Gram matrix (its round-off, 1e-16 of the structure's
+    # size squared, is far below any reach)
+    d2 = jnp.maximum(cc[:, None] + cc[None, :] - 2.0 * c @ c.T, geo.TINY)
+    sphere = jnp.sqrt(d2) - radius[:, None] - radius[None, :]
+    n = jax.vmap(geo.polygon_normal)(P, mask)
+    # h[a, b, k]: vertex k of panel b above the plane of panel a; a padded vertex row
+    # repeats a real vertex, so it changes neither extreme
+    h = jnp.einsum("bkd,ad->abk", P, n) - jnp.sum(P[:, 0, :] * n, -1)[:, None, None]
+    plane = jnp.maximum(jnp.min(h, -1), -jnp.max(h, -1))
+    return jnp.maximum(sphere, jnp.maximum(plane, plane.T))[I, J]
+
+
+def pair_distances(Pi, mi, Pj, mj):
+    """The 24 (quad-quad) primitive distances of one pair and their weights: each
+    polygon's vertices against the other polygon, and the edge-edge pairs mollified."""
+    # each polygon's vertices against the other polygon, the two sides in one vmap
+    # (the nearest-point search traced once: a smaller program to compile)
+    sides = jax.vmap(lambda X, V, m: jax.vmap(lambda x: geo.point_polygon_distance(x, V, m))(X))(
+        jnp.stack([Pi, Pj]), jnp.stack([Pj, Pi]), jnp.stack([mj, mi]))
+    ai, bi = geo.edges(Pi, mi)
+    aj, bj = geo.edges(Pj, mj)
+    d_ee = jax.vmap(lambda a, b: jax.vmap(lambda c, e: geo.segment_distance(a, b, c, e))(aj, bj))(ai, bi)
+    ei, ej = bi - ai, bj - aj
+    cross2 = jnp.sum(jnp.cross(ei[:, None, :], ej[None, :, :]) ** 2, -1)
+    eps = 1e-3 * jnp.sum(ei * ei, -1)[:, None] * jnp.sum(ej * ej, -1)[None, :] + 1e-300
+    moll = br.mollifier(cross2, eps)
+    d = jnp.concatenate([sides.reshape(-1), d_ee.reshape(-1)])
+    w = jnp.concatenate([mi.astype(d.dtype), mj.astype(d.dtype),
+                         (moll * (mi[:, None] & mj[None, :]).astype(d.dtype)).reshape(-1)])
+    return d, w
+
+
+def overlaps(P, mask, I, J, shrink, bound, capacity: int):
+    """The detector's exact test: ``(pick, depth)``, the pairs tested (all, or the
+    ``capacity`` nearest by their lower ``bound``) and the separating-axis depth of each,
+    the panels shrunk by ``shrink`` about their centroids so that shared edges and
+    corners do not count."""
+    pick = jnp.arange(I.shape[0])
+    if I.shape[0] > capacity:   # the pairs that may touch, by a lower bound
+        pick = jax.lax.top_k(-bound, capacity)[1]
+    c = jnp.sum(jnp.where(mask[..., None], P, 0.0), 1) / jnp.sum(mask, 1).astype(P.dtype)[:, None]
+    Ps = c[:, None, :] + (1.0 - shrink) * (P - c[:, None, :])
+    i, j = I[pick], J[pick]
+    n = jax.vmap(geo.polygon_normal)(Ps, mask)          # once a panel, not once a pair
+    return pick, jax.vmap(geo.overlap_depth)(Ps[i], mask[i], Ps[j], mask[j], n[i], n[j])
+
+
+def rows(P, idx):
+    """``P[idx]`` as a product with a one-hot matrix: its derivative's transpose is a
+    product too, where a gather's is a scatter-add that the CPU compiles into a loop
+    (the panels are few beside the candidates' primitives, so the product is cheap)."""
+    onehot = (idx[:, None] == jnp.arange(P.shape[0], dtype=idx.dtype)[None, :]).astype(P.dtype)
+    return (onehot @ P.reshape(P.shape[0], -1)).reshape(idx.shape + P.shape[1:])
+
+
+def onto(n: int, index: np.ndarray) -> np.ndarray:
+    """The constant ``(n, len(index))`` matrix that adds item ``k`` onto row ``index[k]``
+    (a body, or a speed; an item on the world, ``index < 0``, onto none)."""
+    out = np.zeros((n, len(index)))
+    k = np.flatnonzero(index >= 0)
+    np.add.at(out, (index[k], k), 1.0)
+    return out
