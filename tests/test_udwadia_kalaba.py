@@ -375,6 +375,31 @@ def test_imaging_explorer_small_layout_graph(tmp_path):
     assert len(obj["nodes"]) == 2 and obj["graph_file"].endswith(".graphml")
 
 
+@pytest.mark.slow
+def test_candidates_run_two_at_a_time_give_the_graph_of_one_at_a_time(monkeypatch):
+    """On a CPU a node's candidates run on a thread each (``_THREADS``): every candidate is
+    its own run of the same program, so the graph, its node states to the last bit, its
+    edges and its rejections are those of the candidates one after another."""
+    import dataclasses
+
+    from diffmb.formulations.udwadia_kalaba import reconfig
+
+    full = reconfig.get_problem(scenarios.get("uk-imaging"))
+    sites = tuple(dataclasses.replace(s, options={"fixed": s.options["fixed"]} if s.name != "s23"
+                                      else {o: s.options[o] for o in ("revolute", "fixed", "free")})
+                  for s in full.sites)
+    problem = dataclasses.replace(full, sites=sites, choices={c: full.choices[c] for c in ("em-wide", "em-fold")})
+    graphs = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(reconfig, "_THREADS", threads)
+        graphs[threads] = reconfig.explore(problem)
+    one, two = graphs[1], graphs[2]
+    assert one.number_of_nodes() >= 2
+    assert [one.nodes[v]["state"] for v in one.nodes] == [two.nodes[v]["state"] for v in two.nodes]
+    assert list(one.edges(data=True)) == list(two.edges(data=True))
+    assert one.graph["rejected"] == two.graph["rejected"]
+
+
 #: How far a settled module may sit from its well's centre: the gravity gradient shifts the
 #: equilibrium of an electromagnet well by ~5 cm; block, L and line poses are >= 0.5 m apart.
 SETTLE_TOL = 0.1
