@@ -214,13 +214,13 @@ def _coupling(model: Model, spec, name, what) -> dict:
 
 
 def _joint_columns(model: Model, names, what):
-    cols = []
+    cols, slices = [], model.body_slices
     for n in names:
         if n not in model.joint_names:
             raise ValueError(f"{what}: unknown joint {n!r}; joints: {', '.join(model.joint_names)}")
         j = model.joint_names.index(n)
         b = model.body_joint.index(j)
-        s, e = model.body_slices[b]
+        s, e = slices[b]
         cols += list(range(s, e))
     return cols
 
@@ -263,7 +263,8 @@ def _near(model: Model, q, guess, free) -> np.ndarray:
     """``q`` with every moved revolute angle taken within half a turn of its guess: the
     same pose, on the branch the guess gave (a solve never returns a 2 pi jump)."""
     q = np.array(q, float)
-    revolute = {model.body_slices[b][0] for b, k in enumerate(model.joint_kinds) if k == "revolute"}
+    slices = model.body_slices   # a property that walks every body: once, not once a body
+    revolute = {slices[b][0] for b, k in enumerate(model.joint_kinds) if k == "revolute"}
     for c in (int(i) for i in free if int(i) in revolute):
         q[c] = guess[c] + (q[c] - guess[c] + math.pi) % (2 * math.pi) - math.pi
     return q
