@@ -180,10 +180,11 @@ def _max_candidates(problem):
     return math.prod(len(s.options) for s in problem.sites) * len(problem.choices)
 
 
-#: Candidates simulated at once on a CPU, one per core (each run is one compiled program,
-#: which releases the interpreter while it runs; ``DIFFMB_CANDIDATE_THREADS=1``: one after
-#: another).
-_THREADS = int(os.environ.get("DIFFMB_CANDIDATE_THREADS", os.cpu_count() or 1))
+#: Candidates simulated at once on a CPU, one per core this process may use (each run is
+#: one compiled program, which releases the interpreter while it runs;
+#: ``DIFFMB_CANDIDATE_THREADS=1``: one after another).
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_THREADS = int(os.environ.get("DIFFMB_CANDIDATE_THREADS", _CORES))
 
 
 def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.ndarray]:
