@@ -180,11 +180,21 @@ def _max_candidates(problem):
     return math.prod(len(s.options) for s in problem.sites) * len(problem.choices)
 
 
-#: Candidates simulated at once on a CPU, one per core this process may use (each run is
-#: one compiled program, which releases the interpreter while it runs;
-#: ``DIFFMB_CANDIDATE_THREADS=1``: one after another).
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-_THREADS = int(os.environ.get("DIFFMB_CANDIDATE_THREADS", _CORES))
+#: Candidates simulated at once on a CPU (None: ``DIFFMB_CANDIDATE_THREADS``, else one per
+#: core this process may use; each run is one compiled program, which releases the
+#: interpreter while it runs).
+_THREADS = None
+
+
+def _threads() -> int:
+    if _THREADS is not None:
+        return _THREADS
+    given = os.environ.get("DIFFMB_CANDIDATE_THREADS", "")
+    if not given:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not given.isdigit() or int(given) < 1:
+        raise ValueError(f"DIFFMB_CANDIDATE_THREADS must be a positive whole number, got {given!r}")
+    return int(given)
 
 
 def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.ndarray]:
@@ -192,7 +202,7 @@ def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.n
     ``{"status", "ts", "xs", "x_final", "kinetic_energy"}`` NumPy arrays per candidate.
 
     On a CPU the same compiled program for every candidate and node (same structure, new
-    numbers), each taking its own steps, :data:`_THREADS` at a time (``uk-imaging``'s
+    numbers), each taking its own steps, :func:`_threads` at a time (``uk-imaging``'s
     exploration, 2 cores: 124 s one after another, 49 s two at a time; the same graph).
     As one ``vmap``-ed batch
     every candidate stepped until the slowest one finished (a node's step counts ran from
@@ -213,10 +223,11 @@ def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.n
                 "x_final": pick(tr.x_final), "kinetic_energy": pick(tr.diagnostics["kinetic_energy"])}
 
     if not (jax.default_backend() != "cpu" if batched is None else batched):
-        if _THREADS < 2 or len(plist) < 2:
+        threads = _threads()
+        if threads < 2 or len(plist) < 2:
             return [outcome(one(p)) for p in plist], ts
         first = outcome(one(plist[0]))   # compiles (and loads) the program once, before the pool shares it
-        pool = concurrent.futures.ThreadPoolExecutor(_THREADS, thread_name_prefix="diffmb-candidates")
+        pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="diffmb-candidates")
         try:
             return [first] + list(pool.map(lambda p: outcome(one(p)), plist[1:])), ts
         finally:   # a second Ctrl-C leaves at once: the candidates not started are dropped
@@ -294,6 +305,7 @@ def explore(problem: Problem, *, verbose=False, stop=None, batched=None) -> nx.M
     candidates as one ``vmap`` (``True``), one after another (``False``), or by backend
     (``None``: one after another on a CPU, :func:`_run_candidates`)."""
     problem.validate()
+    _threads()   # a bad DIFFMB_CANDIDATE_THREADS is said before anything compiles
     sysm = problem.system
     event = sysm.sensor_event(problem.sensor_pairs, align_tol=problem.align_tol)
     G = nx.MultiDiGraph()
