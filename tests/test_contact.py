@@ -104,6 +104,20 @@ def test_two_free_panels_rebound_elastically_without_spin(elastic):
     assert float(np.max(tr.diagnostics["contact_energy"])) > 0.99 * E[0]  # all of it held at the bottom
 
 
+@pytest.mark.slow  # the implicit solver's program: ~10 s of compile
+def test_an_implicit_solver_takes_the_contact_step_check_and_its_tolerances():
+    """Kvaerno5 with contact: the step check's controller hands the implicit solver's root
+    find its tolerances (as any adaptive controller does; diffrax refused the run before),
+    and the impact is elastic to the tolerance asked."""
+    system, _ = _two_panels()
+    tr = diffmb.simulate(system, t1=0.5, solver="kvaerno5", rtol=1e-10, atol=1e-13, saveat=11)
+    assert tr.status == "success"
+    v0, v1 = _body_rates(system, tr.xs[0]), _body_rates(system, tr.x_final)
+    assert v1[1, 5] - v1[0, 5] == pytest.approx(-(v0[1, 5] - v0[0, 5]), rel=1e-5)
+    E = np.asarray(tr.diagnostics["energy"])
+    assert np.max(np.abs(E - E[0])) < 1e-6 * E[0]
+
+
 def test_the_minimum_gap_is_the_root_of_the_energy_balance():
     """Four vertex-face primitives carry the impact: ``4 kappa b(d*) = mu v^2 / 2``. The
     run stops where the panels stop closing (an event on their relative speed)."""

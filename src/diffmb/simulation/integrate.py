@@ -670,17 +670,31 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
     return (_LimitedSteps(controller, system) if system.limits_steps else controller), ts
 
 
-class _LimitedSteps(dfx.AbstractStepSizeController):
+class _LimitedSteps(dfx.AbstractAdaptiveStepSizeController):
     """An adaptive controller that takes a step only as far as the system admits it
     (:meth:`~diffmb.system.System.step_fraction` of the step from its start to its
     candidate end): a step the system does not admit whole is rejected and retried at
     ``SAFETY`` times the admitted fraction, and the next step after an accepted one is
     kept within ``SAFETY`` times the fraction it had to spare (a contact barrier cannot
-    be jumped over: it acts only within its reach, where the step-size control sees it)."""
+    be jumped over: it acts only within its reach, where the step-size control sees it).
+    Its tolerances are the inner controller's: an implicit solver's root find takes them
+    from here, as from any adaptive controller."""
 
-    inner: dfx.AbstractStepSizeController
+    inner: dfx.AbstractAdaptiveStepSizeController
     system: System
     SAFETY = 0.9
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def norm(self):
+        return self.inner.norm
 
     def wrap(self, direction):
         return _LimitedSteps(self.inner.wrap(direction), self.system)
