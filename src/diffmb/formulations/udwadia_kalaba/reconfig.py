@@ -187,6 +187,8 @@ _THREADS = None
 
 
 def _threads() -> int:
+    """How many candidates run at once on a CPU; ValueError naming a bad
+    ``DIFFMB_CANDIDATE_THREADS``."""
     if _THREADS is not None:
         return _THREADS
     given = os.environ.get("DIFFMB_CANDIDATE_THREADS", "")
@@ -204,13 +206,13 @@ def _run_candidates(problem, x0, plist, event, batched=None) -> tuple[list, np.n
     On a CPU the same compiled program for every candidate and node (same structure, new
     numbers), each taking its own steps, :func:`_threads` at a time (``uk-imaging``'s
     exploration, 2 cores: 124 s one after another, 49 s two at a time; the same graph).
-    As one ``vmap``-ed batch
-    every candidate stepped until the slowest one finished (a node's step counts ran from
-    146 to 687), and the batch was padded to the largest a node can have (108) so that one
-    program served every node, so a node of 4 candidates ran 108: the 12 nodes of
-    ``uk-imaging`` made 854,000 member-steps of work for 180,000 needed, and the
-    exploration took 334 s. On accelerators, which run a batch in parallel, it stays one
-    padded ``vmap`` (``batched``: ``None`` picks by backend, ``True``/``False`` force it)."""
+    As one ``vmap``-ed batch every candidate stepped until the slowest one finished (a
+    node's step counts ran from 146 to 687), and the batch was padded to the largest a
+    node can have (108) so that one program served every node, so a node of 4 candidates
+    ran 108: the 12 nodes of ``uk-imaging`` made 854,000 member-steps of work for 180,000
+    needed, and the exploration took 334 s. On accelerators, which run a batch in
+    parallel, it stays one padded ``vmap`` (``batched``: ``None`` picks by backend,
+    ``True``/``False`` force it)."""
     ts = np.linspace(0.0, problem.t_max, problem.n_save)
 
     def one(p):
@@ -303,7 +305,7 @@ def explore(problem: Problem, *, verbose=False, stop=None, batched=None) -> nx.M
     graph found so far is returned, ``graph.graph["unexplored"]`` the nodes whose
     candidates were not run (0 when the exploration finished). ``batched``: a node's
     candidates as one ``vmap`` (``True``), one after another (``False``), or by backend
-    (``None``: one after another on a CPU, :func:`_run_candidates`)."""
+    (``None``: on a CPU one after another, a thread per core, :func:`_run_candidates`)."""
     problem.validate()
     _threads()   # a bad DIFFMB_CANDIDATE_THREADS is said before anything compiles
     sysm = problem.system
