@@ -256,6 +256,23 @@ def test_explorer_hinged_cubes_two_nodes_two_edges(tmp_path):
     assert (tmp_path / "part" / "uk-hinged-cubes.graphml").exists()
 
 
+def test_redundant_rows_solve_in_float32_as_in_float64():
+    """Two hinges on one line (a welded-hinge candidate of the explorer) give eq. (14) a
+    singular ``S``. Its regularisation of 1e-10 of the mean diagonal is below float32's
+    resolution: the factor's pivot came out 0 and the accelerations NaN, and float32's
+    explorer lost a node. It is now at least 100 float32 round-offs; float64 keeps 1e-10."""
+    system, _, _ = scenarios.get("uk-hinged-cubes").make({})
+    A = np.array([[-1, 0, 0, 0, -0.1, 0], [0, -1, 0, 0.1, 0, 0.25], [0, 0, -1, 0, -0.25, 0],
+                  [-1, 0, 0, 0, 0.1, 0], [0, -1, 0, -0.1, 0, 0.25], [0, 0, -1, 0, -0.25, 0]])
+    S = A @ np.diag([1.0, 1.0, 1.0, 600.0, 600.0, 600.0]) @ A.T
+    assert np.linalg.matrix_rank(S) == 5
+    r = S @ np.array([1.0, -2.0, 0.5, 0.3, 0.0, 1.0])   # consistent: in S's range
+    for dtype, tol in ((jnp.float32, 1e-6), (jnp.float64, 1e-14)):
+        mu = system._solve_sym(jnp.asarray(S, dtype), jnp.asarray(r, dtype))
+        assert mu.dtype == dtype and np.all(np.isfinite(mu))
+        assert np.max(np.abs(S @ np.asarray(mu, float) - r)) < tol * np.max(np.abs(r))
+
+
 @pytest.mark.slow  # ~10 s: the hinged cubes explored twice (the batched program compiles anew)
 def test_explorer_one_batch_and_one_run_after_another_find_the_same_graph():
     """A node's candidates as one padded ``vmap`` (the accelerators' form) and one after

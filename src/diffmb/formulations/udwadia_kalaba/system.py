@@ -225,10 +225,15 @@ class UKSystem(System):
         return A, b, phi
 
     def _solve_sym(self, S, r):
-        """``mu`` with ``S mu = r`` for SPSD ``S`` (regularised Cholesky + refinement)."""
+        """``mu`` with ``S mu = r`` for SPSD ``S`` (regularised Cholesky + refinement).
+        The regularisation is ``eps`` of ``S``'s mean diagonal, and at least 100 round-offs
+        of its dtype: redundant rows (two hinges on one line) make ``S`` singular, and
+        ``1e-10`` is below float32's resolution, where the factor's pivot came out 0 and
+        the accelerations NaN."""
         m = S.shape[0]
         tr = jnp.trace(S) / m
-        eps = jnp.where(tr > 0, self.eps * tr, 1.0)  # all rows switched off: S = 0, r = 0
+        rel = max(self.eps, 100.0 * float(jnp.finfo(S.dtype).eps))
+        eps = jnp.where(tr > 0, rel * tr, 1.0)  # all rows switched off: S = 0, r = 0
         L = jnp.linalg.cholesky(S + eps * jnp.eye(m, dtype=S.dtype))
         mu = jax.scipy.linalg.cho_solve((L, True), r)
         for _ in range(self.refine):
