@@ -1,5 +1,7 @@
 """Health checks judged on the motion's natural scale (``diffmb.simulation.health``)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,10 @@ def test_an_unconstrained_jump_is_advised_a_smaller_step():
     e = np.where(t < 0.5, 1.0, 1.2)
     (w,) = health.check(_traj(t, {"energy": e}), ("energy",), solver="rk4")
     assert "smaller --dt or an adaptive --solver dopri5" in w["message"]
+    # an adaptive run's --dt is only its first step: the advice is its tolerances, and in
+    # float32, whose tolerances stop at 100 round-offs, float64
+    (w,) = health.check(_traj(t, {"energy": e}), ("energy",), solver="dopri5")
+    assert w["message"].endswith("rerun with a tighter --rtol and --atol") and "--dt" not in w["message"]
+    tr = dataclasses.replace(_traj(t, {"energy": e}), xs=np.zeros((len(t), 2), np.float32))
+    (w,) = health.check(tr, ("energy",), solver="dopri5")
+    assert "rerun in float64 (without DIFFMB_FLOAT32)" in w["message"] and "--dt" not in w["message"]

@@ -107,8 +107,13 @@ def advice(traj, stabilization: str | None = None, solver: str | None = None) ->
         return ("under Baumgarte stabilization a crossed kinematic singularity (a panel through "
                 "flat) gives this, and a smaller --dt does not help: rerun with "
                 "--stabilization projection")
-    adaptive = "" if solver not in (None, "rk4", "euler") else " or an adaptive --solver dopri5"
-    return f"the step is too long for the motion: rerun with a smaller --dt{adaptive}"
+    if solver in (None, "rk4", "euler"):
+        return "the step is too long for the motion: rerun with a smaller --dt or an adaptive --solver dopri5"
+    # an adaptive solver's --dt is only its first step: its tolerances set the steps
+    if np.asarray(traj.xs).dtype == np.float32:
+        return ("the adaptive steps were too long for the motion, and float32 holds the tolerances at 100 "
+                "round-offs: rerun in float64 (without DIFFMB_FLOAT32) with a tighter --rtol and --atol")
+    return "the adaptive steps were too long for the motion: rerun with a tighter --rtol and --atol"
 
 
 def check(traj, conserved=("energy", "angular_momentum"), *, energy_name: str = "energy",
