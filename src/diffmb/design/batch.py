@@ -210,8 +210,9 @@ def _metrics(tr, flat_tol):
     if att.size:
         q = sp.mrp_to_quat(tr.xs[:, att])           # any MRP shadow set gives the same angle
         out["peak_hub_angle"] = jnp.max(jnp.where(valid, sp.quat_angle(q, q[:1]), 0.0))
-    if "position" in tr.violation:
-        out["max_violation"] = jnp.max(jnp.where(valid, jnp.abs(tr.violation["position"]), 0.0))
+    if "position" in tr.violation:   # a series of the worst row (trees) or of every row (tensegrity)
+        v = jnp.abs(tr.violation["position"]).reshape(valid.shape[0], -1)
+        out["max_violation"] = jnp.max(jnp.where(valid[:, None], v, 0.0))
     if "energy" in tr.diagnostics:
         e = tr.diagnostics["energy"]
         rel = jnp.abs(e - e[0]) / jnp.maximum(jnp.abs(e[0]), 1e-300)
