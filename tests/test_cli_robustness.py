@@ -258,7 +258,12 @@ def test_tune_stops_at_the_floor_and_says_so(capsys):
     assert res.stopped == "floor" and res.history == [] and res.best_loss <= res.floor
     assert cli.main(["tune", "four-bar", "--params", "a,b", "--t1", "1", "--iterations", "20"]) == 0  # same compiles
     out = capsys.readouterr().out
-    assert "floor" in out and "nothing to tune" in out
+    assert "floor" in out and "nothing to tune" in out and "a smaller --dt lowers the floor" in out
+    # adaptive: the floor is the run against itself at 1/100 of the tolerances, and --dt,
+    # only an adaptive solver's first step, is not what lowers it
+    assert cli.main(["tune", "four-bar", "--params", "a,b", "--t1", "0.5", "--solver", "dopri5"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to tune (tighter --rtol and --atol lower the floor)" in out and "--dt" not in out
 
 
 def test_sweep_grid_and_member_values_in_rows(tmp_path, diffmb_cli):

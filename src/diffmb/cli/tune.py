@@ -7,6 +7,7 @@ import math
 import sys
 
 from ..design.tune import LOSSES, tune
+from ..simulation.integrate import FIXED_SOLVERS
 from ._common import (
     INTERRUPTED,
     UsageError,
@@ -71,10 +72,13 @@ def main(args) -> int:
                    stop=interrupted, **st)
     obj = {"scenario": sc.name, **res.to_json()}
     if res.stopped == "floor" and not res.history:
+        # (design.tune.integrator_floor: a fixed step halved, an adaptive run's tolerances / 100)
+        how, lower = (("step-halving error", "a smaller --dt lowers") if st["solver"] in FIXED_SOLVERS else
+                      ("error, against the run at 1/100 of its tolerances", "tighter --rtol and --atol lower"))
         emit(args, obj, [f"loss {res.initial_loss:.3e} at " + _fmt(res.initial) + " is already at the "
-                         f"integrator's floor ({res.floor:.3e}: the run's own step-halving error): "
+                         f"integrator's floor ({res.floor:.3e}: the run's own {how}): "
                          f"the constraints are held below what the integrator resolves; nothing "
-                         f"to tune (a smaller --dt lowers the floor)"])
+                         f"to tune ({lower} the floor)"])
         return 0
     ratio = res.initial_loss / res.best_loss if res.best_loss > 0 else math.inf
     why = (f"reached the integrator's floor {res.floor:.3e}" if res.stopped == "floor" else res.stopped)
