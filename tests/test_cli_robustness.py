@@ -266,6 +266,16 @@ def test_tune_stops_at_the_floor_and_says_so(capsys):
     assert "nothing to tune (tighter --rtol and --atol lower the floor)" in out and "--dt" not in out
 
 
+def test_a_sweep_without_a_range_says_its_members_are_one_run(capsys):
+    """``diffmb sweep tbar --batch 4`` with no ``--set NAME=lo:hi`` ran four identical
+    members without a word."""
+    assert cli.main(["sweep", "pendulum", "--batch", "2", "--t1", "0.1", "--dt", "0.01", "--solver", "rk4"]) == 0
+    assert "no range given (--set NAME=lo:hi): the 2 members are one run repeated" in capsys.readouterr().err
+    assert cli.main(["sweep", "pendulum", "--batch", "2", "--t1", "0.1", "--dt", "0.01", "--solver", "rk4",
+                     "--set", "theta0=0.1:0.2"]) == 0
+    assert "one run repeated" not in capsys.readouterr().err
+
+
 def test_sweep_grid_and_member_values_in_rows(tmp_path, diffmb_cli):
     grid = member_values({"K": (0.1, 0.2, 3), "c": (0.0, 0.02, 2)}, {"a": 50.0}, None, sample="grid")
     np.testing.assert_allclose([(m["K"], m["c"]) for m in grid],

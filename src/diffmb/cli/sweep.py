@@ -223,6 +223,9 @@ def _members(args, sc):
     members = member_values(ranges, fixed, args.batch, sample=args.sampling, seed=args.seed)
     if args.plot is not None and not ranges:
         raise UsageError("--plot draws a metric over the swept parameters: give a range, --set NAME=lo:hi")
+    if not ranges and len(members) > 1 and not args.quiet:
+        print(f"diffmb: warning: no range given (--set NAME=lo:hi): the {len(members)} members are one "
+              f"run repeated", file=sys.stderr)
     if len(ranges) > 1 and args.sampling == "linspace" and not args.quiet:
         print(f"diffmb: {', '.join(ranges)} vary together along the diagonal of their ranges "
               f"(--sampling grid for every combination)", file=sys.stderr)
