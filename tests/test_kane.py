@@ -291,8 +291,13 @@ def test_bad_input():
         q, _ = sk.slider_crank_state(0.5, 1.0, 1.0, 1.0)
         kane.KaneSystem(model, cuts, q, [1.0, 0.0, 0.0], names=("a", "b", "c"),
                         coordinate_map=sk.SLIDER_CRANK_MAP)
-    with pytest.raises(ValueError, match="baumgarte"):
+    with pytest.raises(ValueError, match=r"Baumgarte stabilization is for the multiplier \(DAE\) form.*"
+                                         r"--set formulation=1"):   # the scenario says which value
         sk.slider_crank(V, "baumgarte", formulation="kane")
+    with pytest.raises(ValueError, match="stabilization 'baumgarte' is for the multiplier"):   # the library
+        q, u = sk.slider_crank_state(0.5, 1.0, 1.0, 1.0)
+        kane.build("kane", model, cuts, q, u, names=("a", "b", "c"), coordinate_map=sk.SLIDER_CRANK_MAP,
+                   stabilization="baumgarte")
     with pytest.raises(ValueError, match="formulation"):
         REGISTRY["slider-crank"].make({"formulation": 2})
     with pytest.raises(ValueError, match="l1 < l2"):

@@ -127,6 +127,10 @@ def slider_crank(v: dict, stabilization: str = "none", formulation: str | None =
                                    "kind": "point", "pos_b": (v["l2"], 0.0, 0.0)}])
     q0, u0 = slider_crank_state(v["l1"], v["l2"], v["theta1_0"], v["omega1_0"])
     formulation = formulation or _formulation(v)
+    if stabilization == "baumgarte" and formulation != "dae":
+        raise ValueError("slider-crank: Baumgarte stabilization is for the multiplier (DAE) form, eq. (11): "
+                         "set formulation=1 (--set formulation=1); the Kane form, eq. (6), takes 'none' or "
+                         "'projection'")
     system = kane.build(formulation, model, cuts, q0, u0, names=("theta1", "theta2", "s3"),
                         coordinate_map=SLIDER_CRANK_MAP, stabilization=stabilization,
                         baumgarte=(v.get("a", 0.0), v.get("b", 0.0)), **kw)
