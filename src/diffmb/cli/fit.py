@@ -131,8 +131,10 @@ def main(args) -> int:
     for rep in res.records:
         lines.append(f"record {rep['label']}: residual rms " + ", ".join(
             f"{k} {v:.3g}{_unit(rep['units'].get(k))}" for k, v in rep["rms"].items()))
-    state = ("interrupted: the values reached so far" if res.interrupted else
-             "converged" if res.converged else "not converged (see the warnings)")
+    state = ("interrupted: the values reached so far" if res.interrupted else "converged" if res.converged
+             else "not converged (see the warnings)" if res.warnings
+             else f"not converged: the iteration limit was reached (--iterations {args.iterations})"
+             if res.iterations >= args.iterations else "not converged")
     lines.append(f"{res.iterations} iterations, {state}; compile {res.compile_s:.1f} s, fit {res.wall_s:.1f} s")
     if args.plot:
         from ..viewer.plots import plot_fit  # matplotlib, loaded only when asked
