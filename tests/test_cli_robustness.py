@@ -74,6 +74,41 @@ def test_unphysical_input_is_refused_before_compiling(argv, words, tmp_path, dif
     assert time.perf_counter() - start < 60  # refused up front: no 60 s compile first
 
 
+def test_an_error_raised_inside_jax_is_a_defect_not_bad_input(capsys, monkeypatch):
+    """Bad input is checked before it reaches JAX, so a ValueError or TypeError JAX raises
+    is diffmb's defect: said as one (exit 1), never as the user's bad input (exit 2), and
+    DIFFMB_TRACEBACK=1 shows its traceback."""
+    import jax.numpy as jnp
+
+    from diffmb.cli._common import UsageError, one_line_errors
+
+    @one_line_errors
+    def broken(args):
+        return int((jnp.ones(3) + jnp.ones(4)).sum())   # shapes that do not broadcast
+
+    @one_line_errors
+    def refused(args):
+        raise ValueError("--set K: must be positive")
+
+    @one_line_errors
+    def usage(args):
+        raise UsageError("--t1 must be a positive number")
+
+    monkeypatch.delenv("DIFFMB_TRACEBACK", raising=False)
+    assert broken(None) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("diffmb: internal error: TypeError raised inside jax: ")
+    assert "broadcast" in line and "DIFFMB_TRACEBACK=1" in line
+    assert refused(None) == 2 and usage(None) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["diffmb: error: --set K: must be positive", "diffmb: error: --t1 must be a positive number"]
+    monkeypatch.setenv("DIFFMB_TRACEBACK", "1")
+    with pytest.raises(TypeError, match="broadcast"):
+        broken(None)
+    with pytest.raises(ValueError, match="must be positive"):
+        refused(None)
+
+
 def test_negative_coordinates_and_gravity_stay_allowed():
     v = scenarios.get("double-pendulum").resolve({"theta1_0": "-1", "g": "-9.81", "omega2_0": "-2"})
     assert v["theta1_0"] == -1 and v["g"] == -9.81

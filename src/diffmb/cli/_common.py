@@ -2,7 +2,8 @@
 writing, the run-settings resolver, the common flags and the deprecated spellings.
 
 Bad input is a :class:`UsageError` (or a ``ValueError`` from the library) reported as one
-line on stderr with exit code 2 (:func:`fail`, :func:`one_line_errors`).
+line on stderr with exit code 2 (:func:`fail`, :func:`one_line_errors`); one raised inside
+JAX is a defect, said as such with exit code 1 (``DIFFMB_TRACEBACK=1``: the traceback).
 
 The vocabulary every command speaks (a flag means one thing wherever it is accepted):
 
@@ -152,15 +153,51 @@ def deprecated(p, old: str, new: str, *, dest: str | None = None, route: Callabl
     p.add_argument(old, action=Deprecated, new=new, dest=dest, route=route, help=argparse.SUPPRESS, **kwargs)
 
 
+#: Libraries that only ever see arrays diffmb built: a ValueError or TypeError raised inside
+#: one of them (a shape that does not broadcast, a dtype it refuses) is a defect of diffmb's,
+#: not bad input, since every input is checked before it reaches them.
+_INTERNAL = ("jax", "jaxlib", "diffrax", "equinox", "optax", "lineax", "optimistix")
+
+#: Set to 1 to see the traceback of any error a command would print as one line.
+TRACEBACK_ENV = "DIFFMB_TRACEBACK"
+
+
+def _raised_inside(err: BaseException) -> str | None:
+    """The library of :data:`_INTERNAL` whose code raised ``err`` (its innermost frame),
+    or ``None``."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    top = module.partition(".")[0]
+    return top if top in _INTERNAL else None
+
+
+def internal_error(err: BaseException, library: str) -> int:
+    """Print a defect as one line that says it is one (exit code 1, not bad input's 2)."""
+    msg = " ".join(str(err).split()) or type(err).__name__
+    print(f"diffmb: internal error: {type(err).__name__} raised inside {library}: {msg} (not a problem "
+          f"with the input: a defect in diffmb; rerun with {TRACEBACK_ENV}=1 for the traceback and "
+          f"report it)", file=sys.stderr)
+    return 1
+
+
 def one_line_errors(command: Callable) -> Callable:
     """A command whose bad input (UsageError, ValueError, TypeError, bad JSON) exits 2 with
-    one line instead of a traceback."""
+    one line instead of a traceback. A ValueError or TypeError raised inside JAX or one of
+    its libraries is a defect, said as such (exit 1); ``DIFFMB_TRACEBACK=1`` shows the
+    traceback of either."""
     @functools.wraps(command)
     def guarded(args) -> int:
         try:
             return command(args)
         except (ValueError, TypeError, UsageError, json.JSONDecodeError) as e:
-            return fail(e)
+            if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+                raise
+            library = None if isinstance(e, (UsageError, json.JSONDecodeError)) else _raised_inside(e)
+            return internal_error(e, library) if library else fail(e)
     return guarded
 
 
