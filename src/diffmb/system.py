@@ -288,8 +288,15 @@ class TreeSystem(System):
 
     def init_state(self, params):
         if self._element_states:   # the elements' states, one compiled program (not op by op)
-            return _jitted_init_state(self, params)
+            return _jitted_start(self, params)[0]
         return jnp.concatenate([params["q0"], params["qd0"]])
+
+    def start(self, params) -> tuple:
+        """``(x0, reports)``: the start state and each element's
+        :meth:`~diffmb.tree.force_element.ForceElement.start_report` there, as one
+        compiled program: the build's start checks and the run's start state share it
+        (with contact on, one program fewer to compile: 0.4 s on a 10 x 10 map fold)."""
+        return _jitted_start(self, params)
 
     def _init_state(self, params):
         """``[q0; qd0]`` and the elements' start states (their energy budget included)."""
@@ -526,7 +533,11 @@ def _jitted_state_derivative(system, t, x, params):
 
 
 @sp.jit_per_form
-def _jitted_init_state(system, params):
-    return system._init_state(params)
+def _jitted_start(system, params):
+    x0 = system._init_state(params) if system._element_states else jnp.concatenate([params["q0"], params["qd0"]])
+    q0, qd0 = system.split(x0)
+    ws = kinematics(params["model"], q0, qd0)
+    zs, ps = system.element_states(x0), params.get("elements", ())
+    return x0, tuple(e.start_report(ws, z, p) for e, z, p in zip(system.elements, zs, ps))
 
 

@@ -49,6 +49,12 @@ class ForceElement(eqx.Module):
         """Quantities recorded at every save point (names distinct from the system's)."""
         return {}
 
+    def start_report(self, ws, z, params) -> dict:
+        """What the element checks at the start state before a run (panel contact: the
+        crease angles and the deepest panel overlap), computed in the same program as the
+        start state itself (:meth:`~diffmb.system.TreeSystem.start`). ``{}``: nothing."""
+        return {}
+
     @property
     def state_names(self) -> tuple:
         """Names of the element's own states (``()``: none)."""

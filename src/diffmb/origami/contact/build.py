@@ -87,21 +87,11 @@ def check_panels(panels: dict, options: ContactOptions) -> None:
 
 def start_diagnostics(system, element: PanelContact, params) -> dict:
     """The detector's figures at the system's start state (numpy): every crease's angle,
-    and the deepest overlap of two panels and its pair (:meth:`PanelContact.detect`)."""
-    return jax.device_get(_start_diagnostics(system, system.elements.index(element), params))
-
-
-@eqx.filter_jit
-def _start_diagnostics(system, index: int, params) -> dict:
-    """:func:`start_diagnostics` as one compiled program (op by op, its few hundred small
-    operations would each compile on their own: 6-13 s of XLA before fold-2x4 could run)."""
-    from ...tree.kinematics import kinematics
-
-    x0 = system.init_state(params)
-    q0, qd0 = system.split(x0)
-    ws = kinematics(params["model"], q0, qd0)
-    z = system.element_states(x0)[index]
-    return system.elements[index].detect(ws, z, params["elements"][index])[0]
+    and the deepest overlap of two panels and its pair (:meth:`PanelContact.detect`).
+    One compiled program, the one that computes the run's start state
+    (:meth:`~diffmb.system.TreeSystem.start`): op by op, its few hundred small operations
+    would each compile on their own (6-13 s of XLA before fold-2x4 could run)."""
+    return jax.device_get(system.start(params)[1][system.elements.index(element)])
 
 
 def check_start(system, element: PanelContact, params) -> None:

@@ -383,6 +383,9 @@ class PanelContact(ForceElement):
             out["panel_overlap_pair"] = pick[jnp.argmax(depth)].astype(P.dtype)
         return out, theta, P, bound
 
+    def start_report(self, ws, z, p) -> dict:
+        return self.detect(ws, z, p)[0]
+
     def diagnostics(self, model, ws, z, p):
         # one pass over the panels for the detector and the barrier's figures
         out, theta, P, bound = self.detect(ws, z, p)
