@@ -109,23 +109,24 @@ def test_a_parameter_the_motion_does_not_depend_on_has_no_standard_error():
     assert flagged.tolist() == [False, True, False]
 
 
-@pytest.mark.slow  # ~25 s: the UK chain's forward-mode Jacobian, float64 and float32 processes
+@pytest.mark.slow  # ~30 s from a fresh cache: the UK chain's forward-mode Jacobian in a float32 process
 def test_the_uniform_mass_of_a_free_chain_is_not_determined(tmp_path):
+    """In float32, where the defect was (236 +- 22 from a true 1). float64 takes the same
+    rule on the same path; the rule itself is the default job's test above."""
     import json
     import os
     import subprocess
     import sys
 
-    for flag in ("0", "1"):
-        env = {**os.environ, "DIFFMB_FLOAT32": flag}
-        csv, js = tmp_path / f"d{flag}.csv", tmp_path / f"f{flag}.json"
-        subprocess.run([sys.executable, "-m", "diffmb", "synth", "uk-chain", "--csv", str(csv), "--t1", "0.5"],
-                       check=True, env=env, capture_output=True, timeout=600)
-        r = subprocess.run([sys.executable, "-m", "diffmb", "fit", "uk-chain", "--data", str(csv), "--params",
-                            "mass", "--iterations", "5", "--json", str(js)], env=env, capture_output=True,
-                           text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-2000:]
-        out = json.loads(js.read_text())
-        assert not out["converged"] and out["stderr"]["mass"] is None   # inf, written as null
-        assert any("mass has no finite standard error" in m for m in out["warnings"])
-        assert "(not determined)" in r.stdout and "see the warnings" in r.stdout
+    env = {**os.environ, "DIFFMB_FLOAT32": "1"}
+    csv, js = tmp_path / "d.csv", tmp_path / "f.json"
+    subprocess.run([sys.executable, "-m", "diffmb", "synth", "uk-chain", "--csv", str(csv), "--t1", "0.3"],
+                   check=True, env=env, capture_output=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "diffmb", "fit", "uk-chain", "--data", str(csv), "--params",
+                        "mass", "--iterations", "5", "--json", str(js)], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(js.read_text())
+    assert not out["converged"] and out["stderr"]["mass"] is None   # inf, written as null
+    assert any("mass has no finite standard error" in m for m in out["warnings"])
+    assert "(not determined)" in r.stdout and "see the warnings" in r.stdout
