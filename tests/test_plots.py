@@ -17,7 +17,7 @@ from diffmb.design.data import Data
 from diffmb.design.records import Record
 from diffmb.design.sensors import Sensor
 from diffmb.simulation.trajectory import Trajectory
-from diffmb.viewer.plots import coordinates_figure, energy_figure, fit_figure, violation_figure
+from diffmb.viewer.plots import contact_figure, coordinates_figure, energy_figure, fit_figure, violation_figure
 
 
 def _traj(columns: dict, *, roles=(), violation=None, diagnostics=None) -> Trajectory:
@@ -226,3 +226,17 @@ def test_fit_figure_takes_records_of_different_lengths():
     fig = fit_figure(result, records, sensors)  # predictions stay padded to the longest
     residual = [ax for ax in fig.axes if ax.get_ylabel().startswith("residual")]
     assert sorted(len(ax.get_lines()[0].get_ydata()) for ax in residual) == [30, 30, 41, 41]
+
+
+def test_a_contact_gap_panel_with_no_armed_pair_says_so_instead_of_drawing_nothing():
+    """fold-2x4's first second with contact on: every pair starts stacked, so none is armed
+    and the gap is infinite at every save point; the log axis would be empty."""
+    ts = np.linspace(0.0, 1.0, 11)
+    diag = {"crease_angle": np.full((11, 3), np.pi - 0.1), "panel_overlap": np.zeros(11),
+            "contact_gap": np.full(11, np.inf)}
+    fig = contact_figure(SimpleNamespace(ts=ts, diagnostics=diag), "strip")
+    (note,) = fig.axes[2].texts
+    assert "no armed pair" in note.get_text() and "infinite" in note.get_text()
+    diag["contact_gap"] = np.where(ts > 0.5, 1e-3, np.inf)   # armed after half the run: drawn, no note
+    fig = contact_figure(SimpleNamespace(ts=ts, diagnostics=diag), "strip")
+    assert not fig.axes[2].texts and np.isfinite(fig.axes[2].lines[0].get_ydata()).sum() == 5

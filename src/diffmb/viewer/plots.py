@@ -306,6 +306,12 @@ def contact_figure(traj, title: str | None = None, system=None):
         axes[2].semilogy(ts, shown, color="C2", label="smallest contact gap (armed pairs)")
         axes[2].set_ylabel("[m]")
         _legend_outside(axes[2], 1)
+        if not np.isfinite(shown).any():   # an empty log axis would say nothing
+            axes[2].text(0.5, 0.5, "no armed pair in this run:\nthe gap is infinite throughout\n(pairs stacked "
+                         "at the start are armed\nonce they separate by the reach)",
+                         transform=axes[2].transAxes, ha="center", va="center", fontsize=9, color="0.3")
+            axes[2].set_yticks([], minor=True)
+            axes[2].set_yticks([])
     return fig
 
 
