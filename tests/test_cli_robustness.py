@@ -422,3 +422,20 @@ def test_linearize_says_why_a_norm_is_infinite(tmp_path):
     assert cli.main(["linearize", "tbar", "--set", "damping=1", "--json", str(js)]) == 0
     rep = json.loads(js.read_text())
     assert rep["h2_norm"] > 0 and rep["norms_infinite_because"] is None
+
+
+def test_an_origami_runs_summary_says_how_close_its_panels_came():
+    """The summary's ``panels`` line: the detector's figures beside the tolerance that makes
+    an overlap a crossing, and with contact on what kept the panels apart (a gap of
+    ``null``: no armed pair)."""
+    from diffmb.cli.run import panels_text
+
+    off = {"contact": False, "max_crease_angle_deg": 180.18158, "crease_overfold_rad": 3.2e-3,
+           "max_panel_overlap_m": 6.34e-3, "overlap_panels": "14/4", "overlap_tolerance_m": 2.83e-5}
+    assert panels_text(off) == ("largest crease 180.18158 deg; deepest overlap 0.00634 m (14/4), a crossing "
+                                "beyond 2.83e-05 m; contact off (--set contact=1 keeps panels apart)")
+    on = dict(off, contact=True, max_panel_overlap_m=-1e-3, min_contact_gap=None, min_crease_margin=9.99e-4,
+              certified_crease_margin_rad=5e-4, certified_gap_m=1.41e-3)
+    assert panels_text(on) == ("largest crease 180.18158 deg; deepest overlap 0 m, a crossing beyond 2.83e-05 m; "
+                               "contact on: least gap inf (no armed pair); least crease margin 0.000999 rad; "
+                               "certified by the energy 0.0005 rad and 0.00141 m")

@@ -61,6 +61,7 @@ reaches only when its step size has collapsed). Exit code 0 for ``success``,
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -442,7 +443,8 @@ def contact_summary(system, params, traj) -> dict | None:
         ov = np.where(valid, np.asarray(traj.diagnostics["panel_overlap"], float), -np.inf)
         k = int(np.argmax(ov))
         out.update(max_panel_overlap_m=float(ov[k]),
-                   overlap_panels=e.pair_labels[int(np.asarray(traj.diagnostics["panel_overlap_pair"])[k])])
+                   overlap_panels=e.pair_labels[int(np.asarray(traj.diagnostics["panel_overlap_pair"])[k])],
+                   overlap_tolerance_m=float(p["overlap_tolerance"]))
     for key in ("min_contact_gap", "min_crease_margin", "peak_contact_force", "peak_crease_torque",
                 "contact_events", "contact_overflow"):
         if key in m:
@@ -453,6 +455,29 @@ def contact_summary(system, params, traj) -> dict | None:
         budget = float(system.element_states(jnp.asarray(traj.xs[0]))[0][-1])
         out.update(certified_margins(e, p, float(np.nanmax(np.asarray(traj.diagnostics["energy"]))), budget))
     return out
+
+
+def panels_text(c: dict) -> str:
+    """The summary's line of :func:`contact_summary`: how close the panels came to
+    passing through each other, and with contact on what held them apart."""
+    parts = [f"largest crease {c['max_crease_angle_deg']:.8g} deg"]
+    if "max_panel_overlap_m" in c:
+        parts.append(f"deepest overlap {max(c['max_panel_overlap_m'], 0.0):.3g} m"
+                     + (f" ({c['overlap_panels']})" if c["max_panel_overlap_m"] > 0 else "")
+                     + f", a crossing beyond {c['overlap_tolerance_m']:.3g} m")
+    if c["contact"]:
+        gap = c.get("min_contact_gap")
+        parts.append("contact on: least gap " + ("inf (no armed pair)" if gap is None or not math.isfinite(gap)
+                                                 else f"{gap:.3g} m"))
+        if c.get("min_crease_margin") is not None:
+            parts.append(f"least crease margin {c['min_crease_margin']:.3g} rad")
+        certified = [f"{c[k]:.3g} {unit}" for k, unit in (("certified_crease_margin_rad", "rad"),
+                                                           ("certified_gap_m", "m")) if c.get(k) is not None]
+        if certified:
+            parts.append("certified by the energy " + " and ".join(certified))
+    else:
+        parts.append("contact off (--set contact=1 keeps panels apart)")
+    return "; ".join(parts)
 
 
 def write_outputs(cfg: RunConfig, res: RunResult) -> tuple[dict, list[Path]]:
@@ -513,6 +538,8 @@ def print_summary(cfg: RunConfig, res: RunResult, obj: dict, files: list[Path]):
         rows.append(("momentum", f"max |h - h0| = {obj['angular_momentum']['max_abs_change']:.3g}"))
     rows.append(("violation", "no constraints" if v is None else
                  ", ".join(f"{k} {x:.3g}" for k, x in v.items() if x is not None)))
+    if obj.get("contact") is not None:
+        rows.append(("panels", panels_text(obj["contact"])))
     rows += [("warning", w["message"]) for w in obj["warnings"]]
     rows.append(("files", f"{cfg.out}/: " + ", ".join(
         str(p.relative_to(cfg.out)) if p.is_relative_to(cfg.out) else str(p) for p in files)))
