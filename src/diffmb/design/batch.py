@@ -150,9 +150,10 @@ METRICS = {
     "energy_jump": "largest one-interval energy jump, relative to the motion's scale (0: none)",
     "momentum_jump": "largest one-interval momentum jump, relative to the motion's scale (0: none)",
     "max_crease_angle": "largest crease fold angle, unwrapped from the start [rad] (origami)",
-    "crease_overfold": "how far a crease folded past 180 deg: its panels pass through each other [rad] "
-                       "(0: none; above 0: suspect)",
-    "panel_overlap": "deepest crossing of two panels that share no vertex [m] (0: none; above 0: suspect)",
+    "crease_overfold": "how far a crease folded past 180 deg beyond the detector's tolerance: its panels pass "
+                       "through each other [rad] (0: none; above 0: suspect)",
+    "panel_overlap": "how deep two panels that share no vertex overlap beyond the detector's tolerance: a "
+                     "crossing [m] (0: none; above 0: suspect)",
     "min_contact_gap": "smallest gap between two armed panels that share no vertex, with contact [m] "
                        "(inf: no pair armed, e.g. layers stacked all run)",
     "min_crease_margin": "smallest margin of a crease to its barrier's wall, with contact [rad]",

@@ -294,7 +294,7 @@ def contact_figure(traj, title: str | None = None, system=None):
     _legend_outside(axes[0], 3)
     if "panel_overlap" in d:
         axes[1].plot(ts, np.maximum(np.asarray(d["panel_overlap"], float), 0.0), color="C3",
-                     label="deepest crossing (0: none)")
+                     label="deepest overlap of two panels")
         if "overlap_tolerance" in numbers:
             axes[1].axhline(float(numbers["overlap_tolerance"]), color="C3", lw=0.8, ls=":",
                             label="beyond: a crossing")
