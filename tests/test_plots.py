@@ -240,3 +240,12 @@ def test_a_contact_gap_panel_with_no_armed_pair_says_so_instead_of_drawing_nothi
     diag["contact_gap"] = np.where(ts > 0.5, 1e-3, np.inf)   # armed after half the run: drawn, no note
     fig = contact_figure(SimpleNamespace(ts=ts, diagnostics=diag), "strip")
     assert not fig.axes[2].texts and np.isfinite(fig.axes[2].lines[0].get_ydata()).sum() == 5
+
+
+def test_a_bodys_quaternion_has_a_panel_of_its_own():
+    """The Udwadia-Kalaba form's ``<body>_q1..q4`` are an attitude, not 'other coordinates'."""
+    ts = np.linspace(0.0, 1.0, 5)
+    fig = coordinates_figure(_traj({"c2_x": ts, "c2_q1": 0 * ts, "c2_q2": 0 * ts, "c2_q3": np.sin(ts / 2),
+                                    "c2_q4": np.cos(ts / 2), "left1": ts ** 2}))
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == [
+        "positions [m]", "attitude (quaternion) [-]", "other coordinates"]

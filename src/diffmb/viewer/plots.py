@@ -53,7 +53,11 @@ def _title(base: str, title: str | None) -> str:
 
 #: unit groups of the coordinates plot: (kind from :func:`diffmb.design.data.unit_kinds`, label)
 UNIT_GROUPS = (("angle", "angles [rad]"), ("length", "positions [m]"),
-               ("none", "attitude (MRP) [-]"), ("other", "other coordinates"))
+               ("none", "attitude (MRP) [-]"), ("quaternion", "attitude (quaternion) [-]"),
+               ("other", "other coordinates"))
+
+#: A body's unit quaternion as the Udwadia-Kalaba form names it (``<body>_q1`` .. ``_q4``).
+_QUATERNION = re.compile(r"_q[1-4]$")
 
 
 def _unit_kind(name: str, kinds: dict) -> str:
@@ -65,6 +69,8 @@ def _unit_kind(name: str, kinds: dict) -> str:
         return "angle"
     if "sigma" in low or low.startswith(("q_", "quat")):
         return "none"
+    if _QUATERNION.search(low):
+        return "quaternion"
     if (low.endswith(("_x", "_y", "_z")) or low in ("x", "y", "z")
             or low.startswith(("x", "y", "z")) and low[1:].isdigit()):
         return "length"
@@ -162,7 +168,7 @@ def _natural(name: str):
 
 def coordinates_figure(traj, title: str | None = None, system=None):
     """Position-level coordinates vs time, one panel per unit (angles, positions, MRP,
-    other), each labelled with its unit; colours and line styles cycle so that no two
+    quaternions, other), each labelled with its unit; colours and line styles cycle so that no two
     curves of a panel look alike (legend beside the panel). Curves that coincide (flat
     hinges of a symmetric fold, the nodes a tensegrity keeps on an axis) are drawn once,
     labelled with every name they stand for; the MRP attitude is broken (NaN) where it
