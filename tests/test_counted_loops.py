@@ -182,6 +182,29 @@ def test_the_fold_chunk_program_has_no_host_round_trip_and_no_library_call(fold4
     assert c.launches_per_step <= 323
 
 
+def test_kernels_per_step_do_not_depend_on_how_many_steps_a_save_interval_holds():
+    """fold-4panel's loop nest as compiled at one step per save interval (XLA removes the
+    step loop of one trip, so the loop in the steps' scope is the four Runge-Kutta stages)
+    and at two: about 330 kernels a step either way. The census once divided the first by
+    the stages' 4 and printed 83 (``bench_gpu.sh --smoke``)."""
+    from collections import Counter
+
+    from diffmb.design.chunk_census import _count
+    from diffmb.simulation import fixed_steps
+    from diffmb.simulation.program_census import Census, Loop
+
+    def loop(name, scope, trips, fusions, *children):
+        return Loop(name, scope, trips, Counter(fusion=fusions), Counter(), 0, 0, tuple(children), 0)
+
+    save, steps = fixed_steps.SAVE_SCOPE, f"{fixed_steps.SAVE_SCOPE}/{fixed_steps.STEP_SCOPE}"
+    stages = loop("stages", f"{steps}/while", 4, 75)
+    one = Census(loop("ENTRY", "", 1, 84, loop("save", save, 10, 28, stages)))
+    two = Census(loop("ENTRY", "", 1, 84, loop("save", save, 10, 23, loop("steps", steps, 2, 5, stages))))
+    a, b = _count(one, 0.0, 0.0, 0.0, n_steps=10), _count(two, 0.0, 0.0, 0.0, n_steps=20)
+    assert a.launches_per_step == 28 + 4 * 75 and b.launches_per_step == (23 + 2 * (5 + 4 * 75)) / 2
+    assert a.kernels == {"fusion": 328.0} and a.time_loop_trips == b.time_loop_trips == 10
+
+
 def _fold4_final_state(form, k=1.0):
     """fold-4panel's state after 32 RK4 steps under Baumgarte, traced in ``form``, with its
     hinge stiffness scaled by ``k``."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax.numpy as jnp
 
-from ..simulation import fixed_steps
+from ..simulation import fixed_steps, resumable
 from ..simulation.program_census import Census, Loop, census, uncached
 from . import batch
 
@@ -59,15 +59,16 @@ def chunk_census(system, params_batch, *, t1: float, dt: float, solver: str = "r
         _, compile_s, compiled = batch._compiled(member, params_batch, jnp.zeros((B, 1)), form=form)
     c = census(compiled.as_text())
     flops, nbytes = _vector_field_cost(system, params_batch)
-    return _count(c, compile_s, flops, nbytes)
+    return _count(c, compile_s, flops, nbytes, resumable.fixed_steps(t1, dt))
 
 
-def _count(c: Census, compile_s, flops, nbytes) -> StepCensus:
+def _count(c: Census, compile_s, flops, nbytes, n_steps: int) -> StepCensus:
     try:
         outer = c.find(fixed_steps.SAVE_SCOPE)
-        steps = c.find(fixed_steps.STEP_SCOPE)
-        per = steps.trip_count or 1
-        launches = steps.launches() + (outer.launches() - steps.launches() * per) / per
+        # steps per save interval from the run's step count: XLA removes a step loop of one
+        # trip, and the loop then found in the steps' scope is the Runge-Kutta stages'
+        per = n_steps / (outer.trip_count or 1)
+        launches = outer.launches() / per
         kernels = {k: v / per for k, v in outer.kernels().items()}
         library = {k: v / per for k, v in outer.library_calls().items()}
         trips = outer.trip_count
