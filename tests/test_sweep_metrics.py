@@ -81,3 +81,6 @@ def test_the_cli_table_says_what_each_column_is(tmp_path, capsys):
     for k in header[1:]:
         assert f"  {k}: {METRICS[k]}" in out
     assert "not shown, NaN for every member: energy_drift (no member conserves energy)" in out
+    import jax  # the throughput names the device that ran it
+
+    assert "3 members x 0.5 s in " in out and f"on 1 {jax.devices()[0].device_kind} device(s)" in out

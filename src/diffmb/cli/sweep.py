@@ -321,10 +321,17 @@ def _write_outputs(args, sc, res, cols, report, used, ranges):
                              grid=args.sampling == "grid", title=f"{sc.name}: {metric}")
 
 
+def _device_kind() -> str:
+    """What ran the members (``cpu``, ``NVIDIA H200``): a throughput is a figure of its device."""
+    import jax
+
+    return jax.devices()[0].device_kind
+
+
 def _report_lines(args, res, cols, report, plotted) -> list:
     """The table, the throughput, the status counts and the members flagged."""
     lines = _table_lines(cols) if res.batch else []
-    where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} device(s)"
+    where = f"{res.workers} worker(s)" if res.workers else f"{res.devices} {_device_kind()} device(s)"
     ran = res.batch - res.resumed
     if ran:
         lines.append(f"{ran} members x {res.t1:g} s in {res.wall_s:.3g} s on {where} "
