@@ -66,6 +66,9 @@ def _one_line_error(r, *words):
     (["run", "fold-4panel", "--set", "K=inf"], ["'K'", "finite"]),
     (["run", "fold-4panel", "--set", "a=-5"], ["'a'", "gain"]),
     (["sweep", "fold-4panel", "--batch", "2", "--set", "K=0.1:-1"], ["'K'", "negative"]),
+    # a count of beam elements: once rounded, then refused for too few modes, not for the count
+    (["run", "flex-4body", "--set", "n_elements=1.5"], ["flex-4body", "n_elements", "whole number", "1.5"]),
+    (["run", "solar-sail-slew", "--set", "n_elements=2"], ["solar-sail-slew", "n_elements", "at least 4"]),
 ])
 def test_unphysical_input_is_refused_before_compiling(argv, words, tmp_path, diffmb_cli):
     start = time.perf_counter()

@@ -54,11 +54,20 @@ def _choice(v, key, options):
     return options[k]
 
 
+def _element_count(v, scenario: str, least: int, why: str) -> int:
+    """``v["n_elements"]`` as a whole number of at least ``least`` (``why``: what needs them)."""
+    n = float(v["n_elements"])
+    if not (n == round(n) and n >= least):
+        raise ValueError(f"{scenario}: n_elements must be a whole number of at least {least} ({why}), got {n:g}")
+    return int(n)
+
+
 def sail_modal(v) -> md.ModalData:
     """The sail's modal data (see module docstring)."""
-    L, ne = float(v["boom_length"]), int(round(v["n_elements"]))
-    if L <= 0 or ne < 4:
-        raise ValueError("solar-sail-slew: boom_length must be positive and n_elements >= 4")
+    L = float(v["boom_length"])
+    ne = _element_count(v, "solar-sail-slew", 4, "elements per boom")
+    if L <= 0:
+        raise ValueError("solar-sail-slew: boom_length must be positive")
     rho = float(v["membrane_rho"])
     nodes, mass, elements, names = [np.zeros(3)], [0.0], [], ["hub"]
     h = L / ne
@@ -145,9 +154,14 @@ def _sail(v, stabilization):
     return system, system.default_params()
 
 
+#: Modes kept of each flex-4body beam (a beam of n elements has 3 n).
+BEAM_MODES = 10
+
+
 def beam_body(v) -> md.ModalData:
+    ne = _element_count(v, "flex-4body", -(-BEAM_MODES // 3), f"each element gives 3 modes; a beam keeps {BEAM_MODES}")
     return fe.cantilever_beam(
-        float(v["length"]), int(round(v["n_elements"])), float(v["EI"]), float(v["mu"]), 10,
+        float(v["length"]), ne, float(v["EI"]), float(v["mu"]), BEAM_MODES,
         name="beam", EI2=float(v["EI"]) * float(v["EI_ratio"]), damping_ratio=float(v["damping_ratio"]),
         rigid_mass=float(v["joint_mass"]), rigid_inertia=np.eye(3) * float(v["joint_inertia"]))
 
