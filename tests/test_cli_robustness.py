@@ -69,6 +69,7 @@ def _one_line_error(r, *words):
     # a count of beam elements: once rounded, then refused for too few modes, not for the count
     (["run", "flex-4body", "--set", "n_elements=1.5"], ["flex-4body", "n_elements", "whole number", "1.5"]),
     (["run", "solar-sail-slew", "--set", "n_elements=2"], ["solar-sail-slew", "n_elements", "at least 4"]),
+    (["run", "flex-4body", "--set", "speeds=0.6"], ["'speeds'", "efficient (0), customary (1)", "got 0.6"]),   # was run as 1
 ])
 def test_unphysical_input_is_refused_before_compiling(argv, words, tmp_path, diffmb_cli):
     start = time.perf_counter()

@@ -48,10 +48,12 @@ SLEW_WINDOW = 0.25
 
 
 def _choice(v, key, options):
-    k = int(round(v[key]))
+    """The option ``v[key]`` codes (0, 1, ...: a whole number, not rounded)."""
+    k = float(v[key])
     if k not in range(len(options)):
-        raise ValueError(f"parameter {key!r}: expected 0..{len(options) - 1}, got {v[key]}")
-    return options[k]
+        codes = ", ".join(f"{o} ({i})" for i, o in enumerate(options))
+        raise ValueError(f"parameter {key!r}: expected {codes}, got {k:g}")
+    return options[int(k)]
 
 
 def _element_count(v, scenario: str, least: int, why: str) -> int:
