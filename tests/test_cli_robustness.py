@@ -70,6 +70,7 @@ def _one_line_error(r, *words):
     (["run", "flex-4body", "--set", "n_elements=1.5"], ["flex-4body", "n_elements", "whole number", "1.5"]),
     (["run", "solar-sail-slew", "--set", "n_elements=2"], ["solar-sail-slew", "n_elements", "at least 4"]),
     (["run", "flex-4body", "--set", "speeds=0.6"], ["'speeds'", "efficient (0), customary (1)", "got 0.6"]),   # was run as 1
+    (["run", "solar-sail-slew", "--set", "geometric_stiffening=2"], ["'geometric_stiffening'", "True (1)", "got 2"]),
 ])
 def test_unphysical_input_is_refused_before_compiling(argv, words, tmp_path, diffmb_cli):
     start = time.perf_counter()

@@ -151,7 +151,7 @@ def _sail(v, stabilization):
                "boom_length": jnp.asarray(float(v["boom_length"]))}
     system = fx.build(
         [body], speeds=_choice(v, "speeds", fx.SPEEDS), algorithm=_choice(v, "algorithm", fx.ALGORITHMS),
-        geometric_stiffening=bool(v["geometric_stiffening"]), torque_fn=_bang_bang, forcing=forcing,
+        geometric_stiffening=_choice(v, "geometric_stiffening", (False, True)), torque_fn=_bang_bang, forcing=forcing,
         outputs=(("tip_px", "sail", "tip_px"), ("tip_py", "sail", "tip_py")))
     return system, system.default_params()
 
@@ -186,7 +186,7 @@ def _four(v, stabilization):
     ]
     system = fx.build(
         bodies, speeds=_choice(v, "speeds", fx.SPEEDS), algorithm=_choice(v, "algorithm", fx.ALGORITHMS),
-        geometric_stiffening=bool(v["geometric_stiffening"]),
+        geometric_stiffening=_choice(v, "geometric_stiffening", (False, True)),
         prescribed_params={"body2": {"A": jnp.asarray(float(v["slew_angle"])),
                                      "T": jnp.asarray(float(v["slew_time"]))}},
         outputs=(("tip4", "body4", "tip"),))
