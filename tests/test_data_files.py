@@ -51,12 +51,28 @@ def test_fourbar_cli_and_readme_python_start_with_the_same_energy(tmp_path, monk
 
 # ------------------------------------------------------------------ data records for fit
 @pytest.fixture(scope="module")
-def fold_run(tmp_path_factory):
-    """``diffmb run fold-4panel`` for a short horizon: its npz and the Trajectory in it."""
-    out = tmp_path_factory.mktemp("run")
-    assert cli.main(["run", "fold-4panel", "--t1", "0.5", "--out", str(out), "--no-plot", "--quiet"]) == 0
+def fold_cli(tmp_path_factory):
+    """``diffmb run fold-4panel`` for a short horizon: its npz, the Trajectory in it and
+    what it printed."""
+    import contextlib
+    import io
+
+    out, printed = tmp_path_factory.mktemp("run"), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(["run", "fold-4panel", "--t1", "0.5", "--out", str(out), "--no-plot"]) == 0
     path = out / "fold-4panel.npz"
-    return path, Trajectory.load(path)[0]
+    return path, Trajectory.load(path)[0], printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def fold_run(fold_cli):
+    return fold_cli[:2]
+
+
+def test_an_origami_runs_summary_has_its_panels_line(fold_cli):
+    """The detector's line in the summary a user reads (its text: test_cli_robustness)."""
+    (line,) = [ln for ln in fold_cli[2].splitlines() if ln.startswith("panels ")]
+    assert "largest crease 180 deg" in line and "contact off (--set contact=1 keeps panels apart)" in line
 
 
 def test_the_npz_diffmb_run_writes_is_a_record(fold_run):
