@@ -299,10 +299,10 @@ class TreeSystem(System):
         10 x 10 map fold)."""
         return _jitted_start(self, params)
 
-    def _init_state(self, params):
-        """``[q0; qd0]`` and the elements' start states (their energy budget included)."""
+    def _init_state(self, params, ws):
+        """``[q0; qd0]`` and the elements' start states (their energy budget included);
+        ``ws``: the kinematics at ``q0, qd0``."""
         model, q, qd = params["model"], params["q0"], params["qd0"]
-        ws = kinematics(model, q, qd)
         energy = self._energy(model, ws, q, qd, params)
         return jnp.concatenate([q, qd] + [e.init_states(model, ws, p, energy)
                                           for e, p in zip(self.elements, params["elements"])])
@@ -535,9 +535,8 @@ def _jitted_state_derivative(system, t, x, params):
 
 @sp.jit_per_form
 def _jitted_start(system, params):
-    x0 = system._init_state(params) if system._element_states else jnp.concatenate([params["q0"], params["qd0"]])
-    q0, qd0 = system.split(x0)
-    ws = kinematics(params["model"], q0, qd0)
+    ws = kinematics(params["model"], params["q0"], params["qd0"])   # once, for both
+    x0 = system._init_state(params, ws) if system._element_states else jnp.concatenate([params["q0"], params["qd0"]])
     zs, ps = system.element_states(x0), params.get("elements", ())
     return x0, tuple(e.start_report(ws, z, p) for e, z, p in zip(system.elements, zs, ps))
 
