@@ -319,6 +319,36 @@ def test_gradients_through_a_contact_event_match_finite_differences():
     np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-14)
 
 
+def test_forward_mode_through_an_adaptive_solve_that_the_step_check_limits():
+    """A panel thrown at a fixed one, adaptive Dopri5, its steps limited by the contact step
+    check: the slope of its height after the rebound with respect to the throw's speed
+    and the barrier's stiffness factor. Forward mode (what a fit's Jacobian takes) was
+    NaN: the check's fraction is inf while no pair is armed, and inf times the step's
+    tangent is NaN, which the controller's min passed on. Against central differences of
+    solves at rtol 1e-13: the speed's slope to 1e-5; the stiffness factor's to 1e-3, the
+    error of differentiating an adaptive solve with its step choices held (measured
+    2.7e-4, 1.2e-4 and 1.9e-4 at rtol 1e-10, 1e-11 and 1e-12; fixed steps: the test above)."""
+    system, _ = _two_panels(fixed_big=True, v=0.1)
+    assert system.limits_steps
+    params = system.default_params()
+    e0 = params["elements"][0]
+
+    def height(x, rtol, adjoint):
+        p = {**params, "qd0": params["qd0"].at[5].set(-x[0]), "elements": ({**e0, "kappa_scale": x[1]},)}
+        tr = diffmb.simulate(system, params=p, t1=0.5, solver="dopri5", rtol=rtol, atol=1e-3 * rtol, saveat=2,
+                             diagnostics=False, adjoint=adjoint)
+        return tr.x_final[5]
+
+    x0 = jnp.asarray([0.1, 1.0])
+    fwd = np.asarray(jax.jit(jax.jacfwd(lambda x: height(x, 1e-10, "direct")))(x0))
+    f = jax.jit(lambda x: height(x, 1e-13, "checkpoint"))
+    assert float(f(x0)) > 0.02                            # rebounded: 20 mm up when thrown from there
+    for k, rel in ((0, 1e-5), (1, 1e-3)):
+        h = 1e-3 * float(x0[k])
+        fd = (float(f(x0.at[k].add(h))) - float(f(x0.at[k].add(-h)))) / (2 * h)
+        assert fwd[k] == pytest.approx(fd, rel=rel)
+
+
 @pytest.mark.slow  # ~70 s: 50,000 RK4 steps, differentiated both ways and differenced 20 times
 def test_gradients_of_a_5_s_deployment_through_a_contact_event_wrt_hinge_and_contact_parameters():
     """Issue 58's gradient check: a hinged panel with a deployment spring ``K`` and

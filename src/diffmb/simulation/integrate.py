@@ -708,7 +708,11 @@ class _LimitedSteps(dfx.AbstractAdaptiveStepSizeController):
         fraction = self.system.step_fraction(y0, y1_candidate, args)
         fraction = jnp.where(jnp.isnan(fraction), jnp.inf, fraction)   # a non-finite candidate is the error's to reject
         admitted = fraction >= 1.0
-        room = self.SAFETY * fraction * (t1 - t0)
+        # differentiated where it limits the step (a limited step ends where the geometry
+        # says, as an event would), and with a zero tangent where nothing limits it: an
+        # inf times the step's tangent is NaN, and min/max pass a NaN tangent on
+        limited = jnp.isfinite(fraction)
+        room = jnp.where(limited, self.SAFETY * jnp.where(limited, fraction, 1.0) * (t1 - t0), jnp.inf)
         # admitted: the next step within the room this one left; else a retry from t0
         next_t0 = jnp.where(admitted, next_t0, t0)
         next_t1 = jnp.minimum(next_t1, next_t0 + room)

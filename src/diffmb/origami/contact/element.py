@@ -338,12 +338,17 @@ class PanelContact(ForceElement):
         if self.pairs:
             ends = jax.tree.map(lambda a, b: jnp.stack([a, b]), ws0, ws1)
             P0, P1 = jax.vmap(self.vertices, (0, None))(ends, p)   # traced once for both ends
-            moved = jnp.sqrt(jnp.max(jnp.sum((P1 - P0) ** 2, -1), -1))   # per panel
+            # square roots and quotients kept off 0, where their derivatives are not finite
+            # (a step-size controller differentiates the fraction; a panel that has not
+            # moved has a zero displacement)
+            moved2 = jnp.max(jnp.sum((P1 - P0) ** 2, -1), -1)   # per panel
+            moved = jnp.where(moved2 > 0.0, jnp.sqrt(jnp.where(moved2 > 0.0, moved2, 1.0)), 0.0)
             bound = self._pair_bounds(P0, p)
             free = jnp.maximum(bound - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
             I, J = self._pair_index()
             closing = moved[I] + moved[J]
-            ratio = free / jnp.maximum(closing, jnp.asarray(1e-300, ws0.pos.dtype))
+            apart = closing > 0.0
+            ratio = jnp.where(apart, free / jnp.where(apart, closing, 1.0), jnp.inf)
             out = jnp.min(jnp.where(self._armed(z0, P0.dtype) > 0, ratio, jnp.inf))
         return out
 
