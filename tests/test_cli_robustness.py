@@ -114,6 +114,30 @@ def test_an_error_raised_inside_jax_is_a_defect_not_bad_input(capsys, monkeypatc
         refused(None)
 
 
+def test_a_numerical_failure_in_diffmbs_own_algebra_is_a_defect_not_bad_input(capsys, monkeypatch):
+    """numpy's LinAlgError is a ValueError, and a fit's SVD of a Jacobian holding NaN raised
+    one ("SVD did not converge"): it was printed as the user's bad input (exit 2). A
+    failure of diffmb's arithmetic on matrices it built is a defect (exit 1)."""
+    import numpy as np
+
+    from diffmb.cli._common import one_line_errors
+
+    @one_line_errors
+    def svd(args):
+        np.linalg.svd(np.full((2, 2), np.nan))
+
+    @one_line_errors
+    def tangents(args):
+        raise FloatingPointError("the simulation's derivatives with respect to K are not finite at K = 0.08")
+
+    monkeypatch.delenv("DIFFMB_TRACEBACK", raising=False)
+    assert svd(None) == 1 and tangents(None) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("diffmb: internal error: LinAlgError raised inside numpy: SVD did not converge")
+    assert lines[1].startswith("diffmb: internal error: FloatingPointError raised inside diffmb: the "
+                               "simulation's derivatives")
+
+
 def test_negative_coordinates_and_gravity_stay_allowed():
     v = scenarios.get("double-pendulum").resolve({"theta1_0": "-1", "g": "-9.81", "omega2_0": "-2"})
     assert v["theta1_0"] == -1 and v["g"] == -9.81

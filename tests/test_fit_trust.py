@@ -83,6 +83,26 @@ def test_iterations_are_the_whole_fits_budget():
     assert res.iterations <= 5 and res.history[-1]["horizon"] == 1.0
 
 
+def test_a_jacobian_that_is_not_finite_is_refused_naming_the_parameter(monkeypatch):
+    """Forward mode through contact's step check once gave NaN tangents: every
+    Levenberg-Marquardt step from them was rejected, the fit called itself converged, and
+    its report died in an SVD. A linearisation that is not finite is now refused at once,
+    naming the parameter and where, or, where the simulation itself is not finite, said
+    as a run that diverges from the start values."""
+    import diffmb.design.fit as fit_module
+
+    data, _ = synth("pendulum", {"g": 9.81, "damping": 0.05}, t1=1.0, dt=1e-2, noise=1e-3, seed=1, samples=51)
+    real = fit_module.residual_and_jacobian
+    monkeypatch.setattr(fit_module, "residual_and_jacobian",
+                        lambda res, z: (lambda r, J: (r, J.at[3, 0].set(np.nan)))(*real(res, z)))
+    with pytest.raises(FloatingPointError, match=r"derivatives with respect to g are not finite at g = 9, "
+                                                 r"where the simulation itself is"):
+        fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2)
+    monkeypatch.setattr(fit_module, "predictions", lambda res, z: np.full(3, np.nan))
+    with pytest.raises(ValueError, match=r"the simulation at g = 9 does not stay finite"):
+        fit("pendulum", data, ["g"], overrides={"g": 9.0}, dt=1e-2)
+
+
 def test_synth_warns_of_a_start_the_fit_would_not_search(tmp_path, capsys):
     assert cli.main(["synth", "pendulum", "--t1", "1", "--dt", "0.01", "--t-offset", "0.6",
                      "--out", str(tmp_path / "late.csv"), "--quiet"]) == 0

@@ -38,6 +38,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from ..simulation.integrate import FIXED_SOLVERS, SOLVERS
 from ..system import STABILIZATIONS
 
@@ -175,6 +177,18 @@ def _raised_inside(err: BaseException) -> str | None:
     return top if top in _INTERNAL else None
 
 
+def _internal(err: BaseException) -> str | None:
+    """Where a defect was raised, or ``None`` for bad input: a numerical failure in
+    diffmb's own arithmetic (:class:`FloatingPointError`, numpy's ``LinAlgError``: the
+    matrices are diffmb's, built from input already checked), or a ValueError or
+    TypeError inside a library of :data:`_INTERNAL`."""
+    if isinstance(err, FloatingPointError):
+        return "diffmb"
+    if isinstance(err, np.linalg.LinAlgError):
+        return "numpy"
+    return None if isinstance(err, (UsageError, json.JSONDecodeError)) else _raised_inside(err)
+
+
 def internal_error(err: BaseException, library: str) -> int:
     """Print a defect as one line that says it is one (exit code 1, not bad input's 2)."""
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -187,17 +201,16 @@ def internal_error(err: BaseException, library: str) -> int:
 def one_line_errors(command: Callable) -> Callable:
     """A command whose bad input (UsageError, ValueError, TypeError, bad JSON) exits 2 with
     one line instead of a traceback. A ValueError or TypeError raised inside JAX or one of
-    its libraries is a defect, said as such (exit 1); ``DIFFMB_TRACEBACK=1`` shows the
-    traceback of either."""
+    its libraries, or a numerical failure (:func:`_internal`), is a defect, said as such
+    (exit 1); ``DIFFMB_TRACEBACK=1`` shows the traceback of either."""
     @functools.wraps(command)
     def guarded(args) -> int:
         try:
             return command(args)
-        except (ValueError, TypeError, UsageError, json.JSONDecodeError) as e:
+        except (ValueError, TypeError, UsageError, json.JSONDecodeError, FloatingPointError) as e:
             if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
                 raise
-            library = None if isinstance(e, (UsageError, json.JSONDecodeError)) else _raised_inside(e)
-            return internal_error(e, library) if library else fail(e)
+            return internal_error(e, library) if (library := _internal(e)) else fail(e)
     return guarded
 
 

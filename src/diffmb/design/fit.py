@@ -334,7 +334,7 @@ class _Solver:
     def stage(self, res, z, horizon_label, iterations):
         """Fit from ``z`` with ``res`` for at most ``iterations``; returns ``(z, r, J)``."""
         tic = time.perf_counter()
-        r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
+        r, J = _linearised(res, z)
         if self.compile_s == 0.0:
             self.compile_s = time.perf_counter() - tic
         if iterations < 1 or self.stopped():
@@ -355,13 +355,29 @@ class _Solver:
 
         z, r, J, its, self.converged = levenberg_marquardt(
             lambda zz: residual_value(res, jnp.asarray(zz)),
-            lambda zz: residual_and_jacobian(res, jnp.asarray(zz)), z, r, J,
+            lambda zz: _linearised(res, zz), z, r, J,
             lower=self.pb.lower, upper=self.pb.upper,
             log_mask=np.concatenate([self.pb.log_mask, np.zeros(len(z) - p, bool)]),
             max_iterations=iterations, tol=self.tol, lam=self.lm_lambda, active=active, on_step=on_step,
             stop=self.stopped)
         self.left -= its
         return z, r, J
+
+
+def _linearised(res, z):
+    """``(r, J)`` at ``z`` as NumPy arrays, refused when not finite: a Levenberg-Marquardt
+    step from a NaN would be rejected as no decrease and the fit reported converged."""
+    r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
+    if np.all(np.isfinite(r)) and np.all(np.isfinite(J)):
+        return r, J
+    names = res.unknowns.names
+    at = ", ".join(f"{n} = {v:.6g}" for n, v in zip(names, np.asarray(res.natural(jnp.asarray(z)))))
+    bad = [n for n, col in zip(names, J.T) if not np.all(np.isfinite(col))]
+    if not np.all(np.isfinite(np.asarray(predictions(res, jnp.asarray(z))))):
+        raise ValueError(f"the simulation at {at} does not stay finite (a diverging run): start the "
+                         f"fit from other values (--set)")
+    raise FloatingPointError(f"the simulation's derivatives with respect to {', '.join(bad) or 'the unknowns'} "
+                             f"are not finite at {at}, where the simulation itself is")
 
 
 def _continuation(lm, pb, continuation, iterations):
@@ -373,7 +389,7 @@ def _continuation(lm, pb, continuation, iterations):
     stages = _stages(continuation)[-int(iterations):]
     if len(stages) > 1:
         tic = time.perf_counter()
-        lm.seen_full = np.linalg.norm(np.asarray(residual_and_jacobian(res, jnp.asarray(z))[1]), axis=0)
+        lm.seen_full = np.linalg.norm(_linearised(res, z)[1], axis=0)
         lm.compile_s = time.perf_counter() - tic
     for k, frac in enumerate(stages):
         span = t[:, -1:] - t[:, :1]
@@ -400,7 +416,7 @@ def _reweighted(lm, pb, res, z, r, J):
             if settled or lm.left < 1 or lm.stopped():
                 break
             z, r, J = lm.stage(res, z, "reweighted", lm.left)
-        r, J = map(np.asarray, residual_and_jacobian(res, jnp.asarray(z)))
+        r, J = _linearised(res, z)
     return res, z, r, J, w
 
 
