@@ -66,6 +66,16 @@ def test_trust_rules():
                   lower, upper, (False,), 2.0)
     assert trust_breaks(msgs) and len(msgs) == 2  # misfit 2 < MISFIT says nothing
     assert "c has no finite standard error" in msgs[0] and "t_offset ended at its bound (upper, 0.5)" in msgs[1]
+    # a standard error a hundred times the larger of value and start: not determined. A
+    # damping fitted near 0 from a start of 0.06 with an error of 0.02 is an estimate, and
+    # an offset whose value and start are both 0 has no size to judge by
+    se = np.array([2.9e11, 0.02, 0.5])
+    msgs = _trust(("K", "c", "offset.m"), np.array([1.1e7, 0.001, 0.0]), se, np.array([np.log(1.1e7), 0.001, 0.0]),
+                  np.array([-inf, 0.0, -1.0]), np.array([inf, inf, 1.0]), (True, False), None,
+                  start=np.array([0.08, 0.06, 0.0]))
+    assert len(msgs) == 1 and trust_breaks(msgs)
+    assert msgs[0].startswith("parameter K is not determined by the data: its standard error 2.9e+11 is 2.64e+04x "
+                              "its value (1.1e+07; start 0.08)")
 
 
 def test_a_record_shorter_than_its_unknowns_is_refused(capsys, tmp_path):

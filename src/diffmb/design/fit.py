@@ -465,8 +465,9 @@ def _result(lm, pb, res, z, r, J, w, initial_rms, iterations, t_loop):
     basis = "noise" if gof["total"] is not None and gof["passed"] else "scaled"
     se = se_noise if basis == "noise" else se_scaled
     values = np.concatenate([theta, z[p:n_fit]])
+    start = np.concatenate([np.asarray(pb.start, float), np.zeros(n_fit - p)])
     trust = _trust(names, values, se, z[:n_fit], pb.lower[:n_fit], pb.upper[:n_fit], lmask,
-                   _weighted_rms(pred, y, mask, w, known)) + failures(gof)
+                   _weighted_rms(pred, y, mask, w, known), start) + failures(gof)
     stopped = lm.stopped
     units = column_units(model.sensors, state_units(res.bindings.system))
     result = FitResult(
@@ -498,19 +499,28 @@ class FitWarning(UserWarning):
 
 
 #: The start of every :func:`_trust` message that makes a fit "not converged".
-_AT_BOUND, _NO_SE = "ended at its bound", "has no finite standard error"
+_AT_BOUND, _NO_SE, _UNDETERMINED = "ended at its bound", "has no finite standard error", "is not determined"
+#: A standard error above this many times the larger of a parameter's value and its
+#: start: the data leave it anywhere in a range a hundred times its size, and the
+#: optimiser, which sees almost no slope, may have carried it there from its start
+#: (fold-2x4's stowed creases' ``K`` over its first 3 s, which only crease 7 moves:
+#: from 0.08 to 1.1e7, +- 2.9e11).
+UNDETERMINED = 100.0
 
 
 def trust_breaks(messages) -> bool:
-    """Whether any of ``messages`` says a value is not an estimate (at a bound, no error)."""
-    return any(_AT_BOUND in m or _NO_SE in m for m in messages)
+    """Whether any of ``messages`` says a value is not an estimate (at a bound, no error,
+    undetermined)."""
+    return any(_AT_BOUND in m or _NO_SE in m or _UNDETERMINED in m for m in messages)
 
 
-def _trust(names, values, se, z, lower, upper, lmask, misfit) -> list:
+def _trust(names, values, se, z, lower, upper, lmask, misfit, start=None) -> list:
     """Warnings about the fitted values: those that end at a bound of the box (the data
     pull them further; the Gauss-Newton standard error assumes an interior minimum and
-    means nothing there), those without a finite standard error, and a residual
-    ``misfit`` times the declared noise (None: no declared noise)."""
+    means nothing there), those without a finite standard error or with one
+    :data:`UNDETERMINED` times their size (the larger of the value and ``start``, where
+    that is not 0), and a residual ``misfit`` times the declared noise (None: no
+    declared noise)."""
     out = []
     for i, n in enumerate(names):
         log = i < len(lmask) and lmask[i]
@@ -524,8 +534,13 @@ def _trust(names, values, se, z, lower, upper, lmask, misfit) -> list:
             else:
                 out.append(f"parameter {n} ended at 0, the least it can be: the data may want it "
                            f"negative, which it physically cannot be; its standard error is one-sided")
+        size = max(abs(values[i]), abs(start[i])) if start is not None else 0.0
         if not math.isfinite(se[i]) or se[i] > 1e12 * max(abs(values[i]), 1.0):
             out.append(f"parameter {n} {_NO_SE}: the data do not determine it")
+        elif size > 0 and se[i] > UNDETERMINED * size:
+            out.append(f"parameter {n} {_UNDETERMINED} by the data: its standard error {se[i]:.3g} is "
+                       f"{se[i] / size:.3g}x its value ({values[i]:.6g}; start {start[i]:.6g}), and the "
+                       f"records hardly depend on it (fix it with --set, or fit it to records it moves)")
     if misfit is not None and misfit > MISFIT:
         out.append(f"the residual is {misfit:.3g}x the declared sensor noise (a good fit gives about 1): "
                    f"the model does not explain the data (a parameter at a bound, a wrong start, "
