@@ -138,6 +138,31 @@ def test_a_numerical_failure_in_diffmbs_own_algebra_is_a_defect_not_bad_input(ca
                                "simulation's derivatives")
 
 
+def test_a_warning_the_command_gives_again_is_printed_once(monkeypatch):
+    """A fit builds its model once for each probe of its parameters: a map fold's start
+    state note was printed four times. The CLI prints each warning's text once, and
+    every other warning as before."""
+    import warnings
+
+    from diffmb.cli import COMMANDS
+
+    def noisy(args):
+        for _ in range(4):
+            warnings.warn("the start state misses closing by 3.5e-07 m", UserWarning)
+        warnings.warn("another note", UserWarning)
+        return 0
+
+    monkeypatch.setattr(COMMANDS["list"], "main", noisy)
+    shown = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")     # every warning reaches showwarning, as after a catch_warnings
+        warnings.showwarning = lambda message, category, *args, **kwargs: shown.append(str(message))
+        assert cli.main(["list"]) == 0
+        assert shown == ["the start state misses closing by 3.5e-07 m", "another note"]
+        assert cli.main(["list"]) == 0      # a second command says its warnings again
+        assert len(shown) == 4
+
+
 def test_negative_coordinates_and_gravity_stay_allowed():
     v = scenarios.get("double-pendulum").resolve({"theta1_0": "-1", "g": "-9.81", "omega2_0": "-2"})
     assert v["theta1_0"] == -1 and v["g"] == -9.81

@@ -50,16 +50,26 @@ def build_parser() -> Parser:
 
 def main(argv=None) -> int:
     """Entry point of the ``diffmb`` console script; returns the exit code (130 on Ctrl-C).
-    Warnings (a model file's notes, inertia placeholders) print as one line each."""
-    fmt = warnings.formatwarning
+    Warnings (a model file's notes, inertia placeholders) print as one line each, each
+    text once: a fit or a sweep builds its model more than once (a fit of a map fold said
+    its start state's note four times)."""
+    fmt, show = warnings.formatwarning, warnings.showwarning
     warnings.formatwarning = lambda message, *args, **kwargs: f"diffmb: warning: {message}\n"
+    shown = set()
+
+    def once(message, category, *args, **kwargs):
+        if (category, str(message)) not in shown:
+            shown.add((category, str(message)))
+            show(message, category, *args, **kwargs)
+
+    warnings.showwarning = once
     try:
         return _main(argv)
     except KeyboardInterrupt:
         print("diffmb: interrupted", file=sys.stderr)
         return 130
     finally:
-        warnings.formatwarning = fmt
+        warnings.formatwarning, warnings.showwarning = fmt, show
 
 
 def _main(argv=None) -> int:
