@@ -319,6 +319,7 @@ def test_gradients_through_a_contact_event_match_finite_differences():
     np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.slow  # ~15 s from a fresh cache (forward mode through an adaptive solve, and a tight reference)
 def test_forward_mode_through_an_adaptive_solve_that_the_step_check_limits():
     """A panel thrown at a fixed one, adaptive Dopri5, its steps limited by the contact step
     check: the slope of its height after the rebound with respect to the throw's speed
