@@ -98,6 +98,32 @@ def test_tune_reduces_violation_and_reports_history():
     assert set(js) >= {"initial", "final", "history"} and js["final"]["loss"] == res.best_loss
 
 
+@pytest.mark.slow  # the four-bar tuning run's program (~4 s), which the default job does not compile
+def test_tune_says_when_its_gradient_is_not_finite(monkeypatch):
+    """Adam skips a step whose gradient is NaN (a trial run that diverges); a gradient
+    that is never finite (forward mode through contact's step check was) ended the tuning
+    as a plateau without a word. Now it is said, in the result and as a warning."""
+    import diffmb.design.tune as tune_module
+
+    real = tune_module._value_and_grad
+    monkeypatch.setattr(tune_module, "_value_and_grad", lambda obj, z: (real(obj, z)[0], jnp.full_like(z, jnp.nan)))
+    with pytest.warns(tune_module.TuneWarning, match=r"the gradient was not finite at 3 of 3 iterations whose "
+                                                     r"loss was \(first at iteration 0, a=1, b=1\)"):
+        res = tune("four-bar", ["a", "b"], overrides={"kick": 0.3, "a": 1.0, "b": 1.0}, t1=1.0,
+                   iterations=3, learning_rate=0.3, saveat=51)
+    assert [h["gradient_finite"] for h in res.history] == [False] * 3 and res.best == {"a": 1.0, "b": 1.0}
+    assert res.to_json()["warnings"] == res.warnings and len(res.warnings) == 1
+
+
+def test_a_gradient_that_is_not_finite_is_said_only_where_the_loss_is():
+    from diffmb.design.tune import _gradient_warnings
+
+    h = lambda i, loss, ok: {"iteration": i, "loss": loss, "params": {"a": 2.0}, "gradient_finite": ok}
+    assert _gradient_warnings([h(0, 1.0, True), h(1, float("nan"), False)]) == []   # a diverged trial
+    (said,) = _gradient_warnings([h(0, 1.0, True), h(1, 0.5, False), h(2, 0.5, False)])
+    assert said.startswith("the gradient was not finite at 2 of 3 iterations whose loss was (first at iteration 1, a=2)")
+
+
 # ---------------------------------------------------------------- fitting
 
 

@@ -172,12 +172,34 @@ class TuneResult:
     floor: float | None = None
     #: the gradient's mode, ``"forward"`` or ``"reverse"``
     derivatives: str = ""
+    #: what not to trust (:func:`_gradient_warnings`), also issued as :class:`TuneWarning`
+    warnings: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"initial": {"params": self.initial, "loss": self.initial_loss},
                 "final": {"params": self.best, "loss": self.best_loss},
                 "history": self.history, "stopped": self.stopped, "floor": self.floor,
-                "wall_s": self.wall_s, "compile_s": self.compile_s, "derivatives": self.derivatives}
+                "wall_s": self.wall_s, "compile_s": self.compile_s, "derivatives": self.derivatives,
+                "warnings": self.warnings}
+
+
+class TuneWarning(UserWarning):
+    """A tuning result not to be trusted (:func:`_gradient_warnings`)."""
+
+
+def _gradient_warnings(history) -> list:
+    """A warning when the gradient was not finite at an iteration whose loss was: Adam
+    skips such a step (``optax.zero_nans``, for a trial run that diverges), so a gradient
+    that is never finite would end the tuning as a plateau, silently. Forward mode
+    through contact's step check once did that."""
+    bad = [h for h in history if not h["gradient_finite"] and math.isfinite(h["loss"])]
+    if not bad:
+        return []
+    first = bad[0]
+    at = ", ".join(f"{k}={v:.6g}" for k, v in first["params"].items())
+    return [f"the gradient was not finite at {len(bad)} of {len(history)} iterations whose loss was (first at "
+            f"iteration {first['iteration']}, {at}): those steps were skipped, so the tuning did not move "
+            f"there; a finite loss with a gradient that is not is a defect in diffmb (report it)"]
 
 
 class _Objective(eqx.Module):
@@ -325,9 +347,12 @@ def tune(scenario: Scenario | str | Binding, names: Sequence[str], *, overrides:
     if initial_loss < best_loss:
         best, best_loss = initial, initial_loss
     wall = time.perf_counter() - tic - compile_s
+    said = _gradient_warnings(history)
+    for message in said:
+        warnings.warn(message, TuneWarning, stacklevel=2)
     return TuneResult(names=names, initial=initial, initial_loss=initial_loss, best=best,
                       best_loss=best_loss, history=history, stopped=stopped,
-                      wall_s=wall, compile_s=compile_s, floor=floor, derivatives=obj.derivatives)
+                      wall_s=wall, compile_s=compile_s, floor=floor, derivatives=obj.derivatives, warnings=said)
 
 
 def _bind(scenario, names, overrides, stabilization, **run):
@@ -391,7 +416,8 @@ def _descend(obj, z, opt, *, steps, patience, min_rel_improvement, floor, callba
         if i == 0:
             compile_s = time.perf_counter() - t_it
         params_now = to_dict(z)
-        history.append({"iteration": i, "loss": val, "params": params_now})
+        history.append({"iteration": i, "loss": val, "params": params_now,
+                        "gradient_finite": bool(np.all(np.isfinite(np.asarray(g))))})
         if callback is not None:
             callback(i, val, params_now)
         if bar is not None:
