@@ -84,3 +84,17 @@ def test_the_cli_table_says_what_each_column_is(tmp_path, capsys):
     import jax  # the throughput names the device that ran it
 
     assert "3 members x 0.5 s in " in out and f"on 1 {jax.devices()[0].device_kind} device(s)" in out
+
+
+def test_an_infinite_metric_is_a_value_in_the_table_not_a_missing_one():
+    """A contact sweep whose layers stayed stacked has no armed pair: its least gap is inf,
+    as the legend says. The table printed it as nan and listed the column as "not shown,
+    NaN for every member: min_contact_gap (not measured)"."""
+    from diffmb.cli.sweep import _table_lines
+
+    cols = {"member": np.arange(2), "K": np.array([0.01, 0.02]), "status": np.array(["success"] * 2),
+            "min_contact_gap": np.array([np.inf, 2e-3]), "time_to_flat": np.array([np.nan, np.nan])}
+    lines = _table_lines(cols)
+    assert lines[0].split() == ["K", "status", "min_contact_gap"]
+    assert lines[1].split() == ["0.01", "success", "inf"] and lines[2].split()[-1] == "0.002"
+    assert lines[-1] == "  not shown, NaN for every member: time_to_flat (no member reached flat)"

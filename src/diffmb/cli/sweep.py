@@ -360,7 +360,8 @@ def _table_lines(cols, n=20):
     look: the members' values, then every metric that is a number for some member;
     ``--csv``/``--json``/``--out`` keep all of them), and the legend."""
     keys = [k for k in cols if k != "member"]
-    empty = [k for k in keys if k in METRICS and k != "status" and not np.any(np.isfinite(cols[k]))]
+    # NaN: not measured; inf is a value (min_contact_gap: no pair armed all run)
+    empty = [k for k in keys if k in METRICS and k != "status" and np.all(np.isnan(np.asarray(cols[k], float)))]
     keys = [k for k in keys if k not in empty]
     size = len(cols["member"])
     lines = ["  ".join(f"{k:>14}" for k in keys)]
@@ -385,4 +386,4 @@ def _cell(v):
     if isinstance(v, str):
         return v
     v = float(v)
-    return "nan" if not math.isfinite(v) else f"{v:.6g}"
+    return "nan" if math.isnan(v) else f"{v:.6g}"
