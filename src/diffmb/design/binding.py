@@ -22,6 +22,8 @@ probed (``K.theta_j`` overrides ``K`` for that hinge, as in
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -158,7 +160,9 @@ def _build(scenario, values, delta, stab, label, base):
     for k, h in delta.items():
         v[k] = values[k] + h
     try:
-        _, p = scenario.construct(v, stab)
+        with warnings.catch_warnings():   # a probe's notes repeat the base build's (or are of the probe's values)
+            warnings.simplefilter("ignore")
+            _, p = scenario.construct(v, stab)
     except ValueError as e:
         raise ValueError(f"parameter {label!r}: scenario {scenario.name!r} rejects a probe "
                          f"at {', '.join(f'{k}={v[k]:g}' for k in delta)}: {e}") from None
