@@ -15,7 +15,7 @@ import diffmb
 from diffmb import scenarios
 from diffmb.math import barrier as br
 from diffmb.origami import build
-from diffmb.origami.contact import ContactOptions, free_panels, panel_stiffness
+from diffmb.origami.contact import ContactOptions, certified_reach, free_panels, panel_stiffness, rest_depth
 from diffmb.origami.pattern import Crease, CreasePattern, Panel
 from diffmb.simulation import health
 
@@ -192,8 +192,36 @@ def test_a_hinged_panel_slapped_into_its_crease_limit_rebounds():
     theta = np.asarray(tr.xs[:, 0])
     assert tr.status == "success"
     assert float(tr.x_final[1]) == pytest.approx(-omega, rel=1e-6)
-    psi = float(params["elements"][0]["psi_hat"])
-    assert np.pi < np.max(theta) < np.pi + psi / 2 + 1e-12   # into the reach, never past half of it
+    p = params["elements"][0]
+    # into the reach, never past half of the certified barrier's (the energy's bound)
+    assert np.pi < np.max(theta) < np.pi + float(p["psi_hat"]) - 0.5 * float(certified_reach(p)) + 1e-12
+
+
+def test_a_crease_past_flat_is_held_by_its_rest_term_then_by_the_certified_barrier():
+    """Tier A's two parts (:mod:`diffmb.origami.contact.rule`): up to the rest depth past
+    flat (the detector's overlap tolerance over the pattern's diameter) a crease feels
+    only the soft term, whose torque there is its share of the budget per half turn
+    (``budget / (n pi)``, ``n`` creases), growing as the depth squared; beyond it the
+    certified barrier, which holds the whole budget at half its own reach. On either
+    side of the fold (+-pi) alike."""
+    system, params, _ = _slap()
+    e, p = system.elements[0], params["elements"][0]
+    rest = float(rest_depth(p))
+    # the two 1 m x 2 m panels: a diameter of sqrt(8) m, a median panel diameter of sqrt(5) m
+    assert rest == pytest.approx(1e-5 * np.sqrt(5.0) / np.sqrt(8.0), rel=1e-12)
+    budget = 0.7
+    torque = jax.grad(e._crease_energy)
+    # (rel 1e-8: an angle near pi carries a round-off of 4e-16 rad, 1e-9 of a depth of
+    # 4e-7 rad, and the barrier at half its reach feels it over a reach of 1e-3)
+    for sign in (1.0, -1.0):
+        for depth in (0.25 * rest, 0.5 * rest, rest):
+            t = float(torque(jnp.asarray([sign * (np.pi + depth)]), p, budget)[0])
+            assert sign * t == pytest.approx(budget / np.pi * (depth / rest) ** 2, rel=1e-8)
+        half = rest + 0.5 * float(certified_reach(p))
+        energy = float(e._crease_energy(jnp.asarray([sign * (np.pi + half)]), p, budget))
+        soft = budget / (np.pi * rest**2) * half**3 / 3
+        assert energy == pytest.approx(budget + soft, rel=1e-8)
+    assert float(certified_reach(p)) == pytest.approx(float(p["psi_hat"]) - rest, rel=1e-15)
 
 
 def test_a_crease_just_past_flat_is_reported_in_radians_not_rounded_to_180_deg():
@@ -238,16 +266,18 @@ def test_the_4x4_map_fold_is_suspect_without_contact():
 ])
 def test_one_default_rule_keeps_every_origami_case_clean(name, values, t1, crosses_without):
     """Issue 58's rule without tuning per design: the default stiffnesses (the start's
-    energy held at half the reach) and reaches, unchanged, on cases from 4 to 100 panels
-    (fold-2x4: its own 30 s test above). Each run ends ``success`` with no health warning;
-    no crease passes flat by more than half its barrier's reach at any save point (the
-    certified margin of an energy-conserving run), no panels cross, no candidate pair is
-    dropped, and the energy, contact's included, holds to 1e-6. Measured: energy to 1.2e-10
-    (fold-4panel), 2.3e-8 (fold-3x3), 6.9e-8 (map 4x4), 5.6e-9 (map 10x10), 1.3e-10 (Miura
-    10x10); creases at most 1.3e-6 rad past flat (map 4x4; the reach is 1e-3). The 10x10
-    map fold needs it: the same 0.5 s without contact has layers crossing from 0.35 s. Its
-    stack starts at gap 0 and stays within the barrier's reach, so its pairs never arm:
-    the crease barrier alone keeps the layers apart (no gap is reported)."""
+    energy held at half the certified reach, a crease's share of it at the rest depth)
+    and reaches, unchanged, on cases from 4 to 100 panels (fold-2x4: its own 30 s test
+    above). Each run ends ``success`` with no health warning; no crease passes flat by
+    more than its certified margin allows at any save point (an energy-conserving run),
+    no panels cross, no candidate pair is dropped, and the energy, contact's included,
+    holds to 1e-6. Measured: energy to 1.2e-10 (fold-4panel), 3.8e-8 (fold-3x3), 1.5e-7
+    (map 4x4), 1.6e-8 (map 10x10), 1.3e-10 (Miura 10x10); creases at most 2.1e-6 rad past
+    flat (map 4x4) and 1.5e-6 (map 10x10; the reach is 1e-3, the rest depths 2.5e-6 and
+    1.0e-6). The 10x10 map fold needs
+    it: the same 0.5 s without contact has layers crossing from 0.35 s. Its stack starts
+    at gap 0 and stays within the barrier's reach, so its pairs never arm: the crease
+    barrier alone keeps the layers apart (no gap is reported)."""
     sc = scenarios.get(name)
     system, params, v = sc.make({**values, "contact": 1.0})
     tr = diffmb.simulate(system, params=params, saveat=101, **sc.run_settings(t1=t1))
@@ -256,8 +286,9 @@ def test_one_default_rule_keeps_every_origami_case_clean(name, values, t1, cross
     e, p = system.elements[0], params["elements"][0]
     m = {k: float(v) for k, v in e.metrics(tr.diagnostics, jnp.isfinite(tr.ts), p).items()}
     assert m["crease_overfold"] == 0 and m.get("panel_overlap", 0.0) == 0 and m.get("contact_overflow", 0.0) == 0
-    assert m["max_crease_angle"] <= np.pi + 0.5 * float(p["psi_hat"])
-    assert m["min_crease_margin"] >= 0.5 * float(p["psi_hat"])
+    certified = 0.5 * float(certified_reach(p))   # what the energy bound guarantees
+    assert m["max_crease_angle"] <= np.pi + float(p["psi_hat"]) - certified
+    assert m["min_crease_margin"] >= certified
     if np.isfinite(m.get("min_contact_gap", np.inf)):
         assert m["min_contact_gap"] >= 0.5 * float(p["dhat"])      # the certified gap: half the reach
     E = np.asarray(tr.diagnostics["energy"])
@@ -309,8 +340,10 @@ def test_gradients_through_a_contact_event_match_finite_differences():
     # Central differences, Richardson-extrapolated (error h^4). The final angle carries
     # round-off of about 4e-13 after 3,000 steps; the damping moves it by only 8e-5 per
     # N m s/rad and nearly linearly, so its step is wide (40 %); the rebound bends sharply
-    # in the reach (its differences at 1 % are 5 % off before extrapolation), so 0.3 %.
-    steps = (0.4, 1e-2, 3e-3)
+    # in the reach, the more since Tier A's rest term (its soft part, 7.9e-6 rad deep, is
+    # crossed within one step): differences at 1 % and 0.3 % are 1e-3 and 7e-4 off after
+    # extrapolation, at 0.1 % (the factor) and 0.03 % (the reach) 1.3e-6 and 2.7e-7.
+    steps = (0.4, 1e-3, 3e-4)
     for k in range(3):
         h = steps[k] * abs(float(x0[k]))
         d = lambda h: (float(f(x0.at[k].add(h))) - float(f(x0.at[k].add(-h)))) / (2 * h)
@@ -385,8 +418,10 @@ def test_gradients_of_a_5_s_deployment_through_a_contact_event_wrt_hinge_and_con
     fwd = np.asarray(jax.jit(jax.jacfwd(deployed))(x0))
     assert np.all(np.abs(rev) > 0)
     # the barrier's factor and reach bend the rebound sharply (3 % off at 1 % steps before
-    # extrapolation): 0.3 % steps there; the crease damping acts nearly linearly: 40 %
-    steps = (1e-2, 1e-2, 0.4, 3e-3, 3e-3)
+    # extrapolation): 0.3 % steps there; the crease damping acts nearly linearly: 40 %;
+    # K bends it too since Tier A's rest term (1 % steps: 3.8e-5 off after extrapolation,
+    # 0.25 %: 2e-9)
+    steps = (2.5e-3, 1e-2, 0.4, 3e-3, 3e-3)
     for k, name in enumerate(("K", "c", "crease_damping", "kappa_scale", "psi_hat")):
         h = steps[k] * abs(float(x0[k]))
         d = lambda h: (float(f(x0.at[k].add(h))) - float(f(x0.at[k].add(-h)))) / (2 * h)
@@ -528,8 +563,8 @@ def test_fold_2x4_with_contact_for_30_s_stays_clean_and_conserves():
     included) to 1e-6,
     angular momentum to 1e-9 of its scale. Its two rows lie stacked on the long crease,
     at flat, all run (layers face to face at gap 0, never armed), and the barriers stay
-    idle: the paper's model needs no contact force here (measured: 186 steps against 148
-    without contact, |dE|/E 1.1e-7, |dH| 9.3e-10 N m s)."""
+    idle: the paper's model needs no contact force here (measured: 184 steps against 148
+    without contact, |dE|/E 1.3e-7, |dH| 8.8e-10 N m s)."""
     sc = scenarios.get("fold-2x4")
     system, params, values = sc.make({"contact": 1.0})
 

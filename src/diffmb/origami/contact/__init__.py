@@ -20,11 +20,15 @@ from .rule import (
            PSI_HAT,
            certified_margin,
            certified_margins,
+           certified_reach,
+           crease_rest_stiffness,
            crease_stiffness,
            panel_stiffness,
+           rest_depth,
 )
 
 __all__ = ["ARMING_RATE", "CAPACITY", "CREASE_TOLERANCE", "DETECT_CAPACITY", "DHAT_RELATIVE", "DIAGNOSED_PAIRS",
-           "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "ContactOptions", "PanelContact", "certified_margin",
-           "certified_margins", "check_panels", "check_start", "crease_stiffness", "cut_branches", "free_panels",
-           "inradius", "panel_contact", "panel_stiffness", "start_diagnostics"]
+           "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "ContactOptions", "PanelContact",
+           "certified_margin", "certified_margins", "certified_reach", "check_panels", "check_start",
+           "crease_rest_stiffness", "crease_stiffness", "cut_branches", "free_panels", "inradius", "panel_contact",
+           "panel_stiffness", "rest_depth", "start_diagnostics"]

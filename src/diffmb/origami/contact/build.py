@@ -134,9 +134,10 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     # a panel on a fixed root is on the world: its outline in world (flat layout) coordinates
     local = [np.asarray(panels[n].vertices, float) - (origin[n] if n in moving else 0.0) for n in names]
     cut_axis = np.array([hinge_axis(c, panels[c.b]) for c in cut_creases]).reshape(-1, 3)
-    numbers, valid, size = _numbers(local, cut_axis, options,
-                                    crease_tolerance=options.psi_hat if options.forces else CREASE_TOLERANCE)
     flat = [np.asarray(panels[n].vertices, float) for n in names]
+    numbers, valid, size = _numbers(local, cut_axis, options,
+                                    crease_tolerance=options.psi_hat if options.forces else CREASE_TOLERANCE,
+                                    extent=_diameter(np.concatenate(flat)))
     pairs = tuple((i, j) for i in range(len(names)) for j in range(i + 1, len(names))
                   if not _shares_vertex(flat[i], flat[j], 1e-9 * size))
     tree = tuple((model.coordinate_names.index(f"theta_{child}"), model.velocity_names.index(f"theta_{child}_dot"),
@@ -152,15 +153,22 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
                         numbers=numbers)
 
 
-def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_tolerance: float) -> tuple:
+def _diameter(points: np.ndarray) -> float:
+    """The largest distance between two of ``points``."""
+    return float(np.max(np.linalg.norm(points[:, None] - points[None], axis=-1)))
+
+
+def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_tolerance: float,
+             extent: float) -> tuple:
     """``(numbers, valid, size)``: the element's numbers from each panel's outline in its
     body's frame (``local``; the rows padded to the most vertices by repeating the last,
     ``valid`` saying which are real) and ``options``; ``size`` the panels' median
-    diameter, which sets the default panel reach and the detector's overlap tolerance."""
+    diameter, which sets the default panel reach and the detector's overlap tolerance;
+    ``extent`` the pattern's diameter, which sets Tier A's rest depth (:func:`.rule.rest_depth`)."""
     kmax = max(len(v) for v in local)
     verts = np.stack([np.concatenate([v, np.repeat(v[-1:], kmax - len(v), 0)]) for v in local])
     valid = tuple(tuple(i < len(v) for i in range(kmax)) for v in local)
-    size = float(np.median([np.max(np.linalg.norm(v[:, None] - v[None], axis=-1)) for v in local]))
+    size = float(np.median([_diameter(v) for v in local]))
     radius = np.array([np.max(np.linalg.norm(v - v.mean(0), axis=-1)) for v in local])
     numbers = {
         "vertices": jnp.asarray(verts),
@@ -175,6 +183,7 @@ def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_
         "shrink": jnp.asarray(1e-6),
         "crease_tolerance": jnp.asarray(crease_tolerance),
         "overlap_tolerance": jnp.asarray(OVERLAP_TOLERANCE * size),
+        "rest_depth": jnp.asarray(OVERLAP_TOLERANCE * size / extent),
     }
     return numbers, valid, size
 
@@ -233,7 +242,8 @@ def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> 
     options.check()
     names = tuple(panels)
     local = [np.asarray(panels[n], float) for n in names]
-    numbers, valid, _ = _numbers(local, np.zeros((0, 3)), options, crease_tolerance=CREASE_TOLERANCE)
+    numbers, valid, _ = _numbers(local, np.zeros((0, 3)), options, crease_tolerance=CREASE_TOLERANCE,
+                                 extent=_diameter(np.concatenate(local)))   # (no creases: unused)
     numbers["energy"] = jnp.asarray(max(float(energy), MIN_BUDGET))
     bodies = tuple(-1 if n == "world" else model.body_index(n) for n in names)
     return PanelContact(panel_names=names, panel_body=bodies, valid=valid,

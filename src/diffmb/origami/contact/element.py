@@ -16,12 +16,15 @@ of an origami :class:`~diffmb.system.TreeSystem` that
   motions of the whole structure):
 
   - **Tier A, crease limits.** Zero-thickness panels that share a crease lie face to face
-    at ``theta = +-pi`` and pass through each other beyond it. ``U_A = kappa_A [b(pi + psi
-    - theta) + b(pi + psi + theta)]`` with IPC's clamped log barrier ``b`` of reach
-    ``psi_hat`` (:mod:`diffmb.math.barrier`): zero for ``|theta| <= pi`` (a folded stack
-    touches without force, so the paper's stowed state at exactly ``+-pi`` is admissible),
-    infinite at ``|theta| = pi + psi_hat``. Cut creases carry their unwrapped angle as a
-    state of the element (the geometry gives it modulo ``2 pi`` only).
+    at ``theta = +-pi`` and pass through each other beyond it. With ``delta = |theta| -
+    pi`` past flat and ``psi = psi_hat - delta`` the margin to the barrier's end, ``U_A =
+    k delta^3 / 3 + kappa_A b(psi)`` (``delta > 0``), with IPC's clamped log barrier ``b``
+    (:mod:`diffmb.math.barrier`) of reach ``psi_hat - delta_0``: zero for ``|theta| <= pi``
+    (a folded stack touches without force, so the paper's stowed state at exactly
+    ``+-pi`` is admissible), a soft cubic that holds a resting crease's load by
+    ``delta_0``, then the log barrier, infinite at ``|theta| = pi + psi_hat``. Cut creases
+    carry their unwrapped angle as a state of the element (the geometry gives it modulo
+    ``2 pi`` only).
   - **Tier B, panels that share no vertex.** ``U_B = kappa_B sum b(d - xi)`` over the
     vertex-face and edge-edge distances ``d`` of every such pair (IPC's primitives, the
     edge-edge terms mollified for parallel edges), reach ``dhat``, thickness ``xi``: a
@@ -49,7 +52,7 @@ from ...math.batch_cond import cond_any
 from ...tree import rnea
 from ...tree.force_element import ForceElement
 from . import pairs as pr, report
-from .rule import MIN_BUDGET, crease_stiffness, panel_stiffness
+from .rule import MIN_BUDGET, certified_reach, crease_rest_stiffness, crease_stiffness, panel_stiffness
 
 #: Arming rate of a pair that started in contact, once out of the barrier's reach [1/s]:
 #: its weight grows linearly to 1 in ``1 / ARMING_RATE`` seconds (no feedback on itself,
@@ -170,9 +173,10 @@ class PanelContact(ForceElement):
 
     # ------------------------------------------------------------------ tier A
     def _crease_energy(self, theta, p, budget):
-        psi = p["psi_hat"]
-        over = jnp.pi + psi
-        return crease_stiffness(p, budget) * jnp.sum(br.barrier(jnp.concatenate([over - theta, over + theta]), psi))
+        margin = jnp.pi + p["psi_hat"] - jnp.abs(theta)
+        past = jnp.maximum(p["psi_hat"] - margin, 0.0)   # how far past flat
+        soft = crease_rest_stiffness(p, budget, theta.shape[0]) * jnp.sum(past**3) / 3.0
+        return soft + crease_stiffness(p, budget) * jnp.sum(br.barrier(margin, certified_reach(p)))
 
     def _crease_weight(self, theta, p):
         """Where the crease damping acts: 0 up to flat, rising to 1 at the reach."""

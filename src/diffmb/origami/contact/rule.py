@@ -4,7 +4,13 @@ The barriers need no tuning per design: each stiffness is ``kappa = kappa_scale 
 b(reach / 2)``, with ``E`` the energy the structure can spend (its energy at the start),
 so a motion that conserves or dissipates energy never comes closer than half a reach
 to a barrier's end (:func:`certified_margin`). The reaches: :data:`PSI_HAT` for the
-creases, :data:`DHAT_RELATIVE` of the panel size for the panels."""
+creases, :data:`DHAT_RELATIVE` of the panel size for the panels.
+
+A crease barrier that holds the whole energy within its reach is stiff where a crease
+rests against it under a static load (a stacked crease pressed past flat by the stack):
+it rests ~1e-6 rad in, at a contact frequency ~1,000 rad/s that bounds an explicit
+solver's steps. So Tier A's certified barrier begins :func:`rest_depth` past flat, and
+before it a soft term holds the loads a crease rests under (:func:`crease_rest_stiffness`)."""
 
 from __future__ import annotations
 
@@ -20,10 +26,37 @@ DHAT_RELATIVE = 1e-3
 MIN_BUDGET = 1e-9
 
 
+def rest_depth(p):
+    """How far past flat [rad] a crease rests under its share of the structure's loads
+    (Tier A's soft term), and where its certified barrier begins: ``p["rest_depth"]``, the
+    detector's overlap tolerance over the pattern's flat diameter (:func:`~.build.panel_contact`),
+    or a quarter of the reach ``psi_hat`` where that is shorter. A crease of a
+    zero-thickness stack pressed past flat carries stacked layers through each other by
+    that angle times a lever up to the pattern's size (measured: 2 m on the 4x4 map fold
+    of 2 m panels, 5 m on the 10x10, 10 m on the 20x20: a fifth of their diameters), so
+    at this depth they cross by at most the detector's tolerance."""
+    return jnp.minimum(p["rest_depth"], 0.25 * p["psi_hat"])
+
+
+def certified_reach(p):
+    """The reach of Tier A's certified barrier: from :func:`rest_depth` to ``psi_hat``."""
+    return p["psi_hat"] - rest_depth(p)
+
+
 def crease_stiffness(p, budget):
-    """Tier A's stiffness, the default rule: the barrier holds ``kappa_scale`` times the
-    energy ``budget`` [J] at half its reach."""
-    return p["kappa_scale"] * budget / br.half_reach(p["psi_hat"])
+    """Tier A's stiffness, the default rule: the certified barrier holds ``kappa_scale``
+    times the energy ``budget`` [J] at half its reach (:func:`certified_reach`)."""
+    return p["kappa_scale"] * budget / br.half_reach(certified_reach(p))
+
+
+def crease_rest_stiffness(p, budget, creases: int):
+    """Tier A's soft term ``k delta^3 / 3`` on a crease ``delta`` past flat, the default
+    rule: at :func:`rest_depth` it holds ``kappa_scale`` times a crease's share of the
+    budget per half turn, ``budget / (creases pi)`` [N m] (for hinge springs stowed at a
+    half turn, the mean spring's torque at a quarter turn). A crease resting under that
+    load sits there, at a stiffness ``2 budget / (creases pi rest_depth)``; a smaller load
+    rests shallower and softer; a larger one on the certified barrier."""
+    return p["kappa_scale"] * budget / (creases * jnp.pi * rest_depth(p) ** 2)
 
 
 def panel_stiffness(p, budget):
@@ -49,7 +82,7 @@ def certified_margins(element, p, energy: float, budget: float) -> dict:
     out = {}
     if element.tree_creases or element.cut_creases:
         out["certified_crease_margin_rad"] = float(certified_margin(energy, crease_stiffness(p, budget),
-                                                                    p["psi_hat"]))
+                                                                    certified_reach(p)))
     if element.pairs:
         out["certified_gap_m"] = float(certified_margin(energy, panel_stiffness(p, budget), p["dhat"]))
     return out
