@@ -199,7 +199,7 @@ def test_a_hinged_panel_slapped_into_its_crease_limit_rebounds():
 
 def test_a_crease_past_flat_is_held_by_its_rest_term_then_by_the_certified_barrier():
     """Tier A's two parts (:mod:`diffmb.origami.contact.rule`): up to the rest depth past
-    flat (the detector's overlap tolerance over the pattern's diameter) a crease feels
+    flat (the detector's overlap tolerance over the flat pattern's size) a crease feels
     only the soft term, whose torque there is its share of the budget per half turn
     (``budget / (n pi)``, ``n`` creases), growing as the depth squared; beyond it the
     certified barrier, which holds the whole budget at half its own reach. On either
@@ -207,7 +207,7 @@ def test_a_crease_past_flat_is_held_by_its_rest_term_then_by_the_certified_barri
     system, params, _ = _slap()
     e, p = system.elements[0], params["elements"][0]
     rest = float(rest_depth(p))
-    # the two 1 m x 2 m panels: a diameter of sqrt(8) m, a median panel diameter of sqrt(5) m
+    # the two 1 m x 2 m panels: a 2 m square of diagonal sqrt(8) m, a median panel diameter of sqrt(5) m
     assert rest == pytest.approx(1e-5 * np.sqrt(5.0) / np.sqrt(8.0), rel=1e-12)
     budget = 0.7
     torque = jax.grad(e._crease_energy)

@@ -137,7 +137,7 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     flat = [np.asarray(panels[n].vertices, float) for n in names]
     numbers, valid, size = _numbers(local, cut_axis, options,
                                     crease_tolerance=options.psi_hat if options.forces else CREASE_TOLERANCE,
-                                    extent=_diameter(np.concatenate(flat)))
+                                    extent=_box_diagonal(np.concatenate(flat)))
     pairs = tuple((i, j) for i in range(len(names)) for j in range(i + 1, len(names))
                   if not _shares_vertex(flat[i], flat[j], 1e-9 * size))
     tree = tuple((model.coordinate_names.index(f"theta_{child}"), model.velocity_names.index(f"theta_{child}_dot"),
@@ -154,8 +154,15 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
 
 
 def _diameter(points: np.ndarray) -> float:
-    """The largest distance between two of ``points``."""
+    """The largest distance between two of ``points`` (a panel's few vertices)."""
     return float(np.max(np.linalg.norm(points[:, None] - points[None], axis=-1)))
+
+
+def _box_diagonal(points: np.ndarray) -> float:
+    """The diagonal of ``points``' bounding box: at least their diameter (equal for a
+    rectangular sheet), linear in their number where the diameter's pairs are quadratic
+    (a 50 x 50 pattern has 10,000 vertices)."""
+    return float(np.linalg.norm(np.ptp(points, axis=0)))
 
 
 def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_tolerance: float,
@@ -164,7 +171,8 @@ def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_
     body's frame (``local``; the rows padded to the most vertices by repeating the last,
     ``valid`` saying which are real) and ``options``; ``size`` the panels' median
     diameter, which sets the default panel reach and the detector's overlap tolerance;
-    ``extent`` the pattern's diameter, which sets Tier A's rest depth (:func:`.rule.rest_depth`)."""
+    ``extent`` the flat pattern's size (its bounding box's diagonal), which sets Tier A's
+    rest depth (:func:`.rule.rest_depth`)."""
     kmax = max(len(v) for v in local)
     verts = np.stack([np.concatenate([v, np.repeat(v[-1:], kmax - len(v), 0)]) for v in local])
     valid = tuple(tuple(i < len(v) for i in range(kmax)) for v in local)
@@ -243,7 +251,7 @@ def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> 
     names = tuple(panels)
     local = [np.asarray(panels[n], float) for n in names]
     numbers, valid, _ = _numbers(local, np.zeros((0, 3)), options, crease_tolerance=CREASE_TOLERANCE,
-                                 extent=_diameter(np.concatenate(local)))   # (no creases: unused)
+                                 extent=_box_diagonal(np.concatenate(local)))   # (no creases: unused)
     numbers["energy"] = jnp.asarray(max(float(energy), MIN_BUDGET))
     bodies = tuple(-1 if n == "world" else model.body_index(n) for n in names)
     return PanelContact(panel_names=names, panel_body=bodies, valid=valid,

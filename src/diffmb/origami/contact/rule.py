@@ -29,7 +29,8 @@ MIN_BUDGET = 1e-9
 def rest_depth(p):
     """How far past flat [rad] a crease rests under its share of the structure's loads
     (Tier A's soft term), and where its certified barrier begins: ``p["rest_depth"]``, the
-    detector's overlap tolerance over the pattern's flat diameter (:func:`~.build.panel_contact`),
+    detector's overlap tolerance over the flat pattern's size, the diagonal of its
+    bounding box (:func:`~.build.panel_contact`),
     or a quarter of the reach ``psi_hat`` where that is shorter. A crease of a
     zero-thickness stack pressed past flat carries stacked layers through each other by
     that angle times a lever up to the pattern's size (measured: 2 m on the 4x4 map fold
