@@ -18,6 +18,7 @@ columns only where some panels share no vertex). Writes ``out/bench_contact_swee
     python experiments/bench_contact_sweep.py --cases map6 --batches 256 --horizon 1
     python experiments/bench_contact_sweep.py --smoke              # seconds, for CI
     python experiments/bench_contact_sweep.py --cases map4 --batches 16 --horizon 1 --adaptive --saveat 1001
+    python experiments/bench_contact_sweep.py --cases map4 --batches 16 --horizon 1 --adaptive --rest-damping 0.5
 
 The cases, their scenarios and the members' ranges are ``bench_batch.py``'s.
 """
@@ -39,7 +40,7 @@ COLUMNS = {0: ("crease_overfold", "panel_overlap"), 1: ("min_crease_margin", "mi
 PAIR_COLUMNS = ("panel_overlap", "min_contact_gap", "contact_overflow")
 
 
-def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=11):
+def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=11, rest_damping=0.0):
     import jax
     import numpy as np
 
@@ -47,7 +48,8 @@ def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=
     from diffmb.design.batch import member_values, scenario_batch, sweep
 
     kind, n = _case(name)
-    fixed = {"contact": float(contact)} | ({} if kind == "fold" else {"rows": float(n), "cols": float(n)})
+    fixed = ({"contact": float(contact)} | ({"contact_rest_damping": rest_damping} if contact else {})
+             | ({} if kind == "fold" else {"rows": float(n), "cols": float(n)}))
     members = member_values(RANGES[kind], fixed, batch, sample="random", seed=0)
     scenario = scenarios.get(SCENARIOS[kind])
     # fixed-step RK4 under Baumgarte, or the scenario's default (projection + Dopri5)
@@ -94,6 +96,8 @@ def main(argv=None):
     ap.add_argument("--adaptive", action="store_true",
                     help="the scenario's default run (projection + Dopri5) instead of RK4 at --dt")
     ap.add_argument("--saveat", type=int, default=11, help="save points per member (a sweep's default: 1001)")
+    ap.add_argument("--rest-damping", type=float, default=0.0,
+                    help="contact_rest_damping of the members with contact (a damping ratio)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench_contact_sweep.json"))
     a = ap.parse_args(argv)
@@ -104,11 +108,13 @@ def main(argv=None):
     for name in a.cases:
         for batch in a.batches:
             for contact in (0, 1):
-                rows.append(run_case(name, batch, contact, a.horizon, a.dt, a.repeats, a.adaptive, a.saveat))
+                rows.append(run_case(name, batch, contact, a.horizon, a.dt, a.repeats, a.adaptive, a.saveat,
+                                     a.rest_damping))
                 # after every row, so that a run cut short keeps what it finished
                 out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
                                            "cpu_pressure": cpu_pressure(), "horizon": a.horizon, "dt": a.dt,
                                            "adaptive": a.adaptive, "saveat": a.saveat,
+                                           "rest_damping": a.rest_damping,
                                            "repeats": a.repeats, "rows": rows}, indent=1))
     print_table(rows)
     print(f"wrote {out}  (cpu pressure: {cpu_pressure()})")

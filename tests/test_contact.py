@@ -224,6 +224,42 @@ def test_a_crease_past_flat_is_held_by_its_rest_term_then_by_the_certified_barri
     assert float(certified_reach(p)) == pytest.approx(float(p["psi_hat"]) - rest, rel=1e-15)
 
 
+def test_a_crease_resting_past_flat_rings_at_the_damping_ratio_asked_for():
+    """``rest_damping`` is a damping ratio: read off the linearised dynamics of the slapped
+    hinge at rest past flat (``d theta_dd / d theta = -K / I``, ``d theta_dd / d theta_dot
+    = -c / I``, the mass matrix and the soft term's curvature as the run sees them), the
+    ratio ``c / (2 sqrt(K I))`` is the one asked for, at every depth of the soft term and on
+    either side of the fold; the crease's inertia is the hinge's, ``M[0, 0]``, exactly."""
+    system, _ = build(_slap_pattern(), free_root=False, stabilization="none",
+                      contact=ContactOptions(rest_damping=0.5))
+    params = system.default_params()
+    p = params["elements"][0]
+    I = float(np.asarray(diffmb.mass_matrix(params["model"], params["q0"]))[0, 0])
+    assert float(p["crease_inertia"][0]) == pytest.approx(I, rel=1e-12)
+    x0 = system.init_state(params)
+    rest = float(rest_depth(p))
+    for sign in (1.0, -1.0):
+        for depth in (0.2 * rest, 0.7 * rest):
+            x = x0.at[0].set(sign * (np.pi + depth)).at[1].set(0.0)
+            J = jax.jacfwd(lambda x: system.vector_field(0.0, x, params))(x)
+            stiffness, damping = -float(J[1, 0]), -float(J[1, 1])     # K / I, c / I
+            assert stiffness > 0
+            assert damping / (2 * np.sqrt(stiffness)) == pytest.approx(0.5, rel=1e-9)
+    # undamped up to flat, and the default 0 leaves the slap's rebound elastic (above)
+    x = x0.at[0].set(np.pi - 1e-3).at[1].set(0.0)
+    assert float(jax.jacfwd(lambda x: system.vector_field(0.0, x, params))(x)[1, 1]) == 0.0
+
+
+def test_contact_damping_of_any_kind_takes_energy_off_what_a_fold_conserves():
+    fold = scenarios.get("fold-2x4")
+    assert "energy" in fold.conserved(fold.resolve({"contact": 1.0}))
+    for name in ("contact_damping", "contact_crease_damping", "contact_rest_damping"):
+        assert "energy" not in fold.conserved(fold.resolve({"contact": 1.0, name: 0.5}))
+        assert "energy" in fold.conserved(fold.resolve({"contact": 0.0, name: 0.5}))
+    with pytest.raises(ValueError, match="contact_rest_damping"):
+        fold.make({"contact": 1.0, "contact_rest_damping": -0.5})
+
+
 def test_a_crease_just_past_flat_is_reported_in_radians_not_rounded_to_180_deg():
     """A crease 2e-4 rad past flat (the 10x10 map fold's without contact) reads "180 deg"
     at four digits: the warning says how far past, in radians, and names the crease."""

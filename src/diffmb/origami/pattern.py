@@ -32,7 +32,7 @@ from ..closures.nodes import analyse, make_closures
 from ..system import TreeSystem
 from ..tree.model import ModelBuilder
 from . import rigid_repair, start_state, topology as topo
-from .contact import check_panels, check_start, cut_branches, panel_contact, start_diagnostics
+from .contact import check_panels, check_start, crease_inertias, cut_branches, panel_contact, start_diagnostics
 from .polygon import plate_inertia, polygon_centroid
 
 
@@ -408,8 +408,13 @@ def _build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str
                  [(p, ch, creases[frozenset((p, ch))]) for p, ch in tp.tree_edges],
                  [creases[frozenset(e)] for e in tp.cut_edges], _hinge_axis, contact)
         element = panel_contact(*parts)
+        if element.forces and (element.tree_creases or element.cut_creases):
+            first = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
+            inertia = crease_inertias(first, element, first.default_params())
+            element = panel_contact(*parts, crease_inertia=inertia)
         if element.cut_creases:
-            element = panel_contact(*parts, cut_start=cut_branches(system, element, system.default_params()))
+            element = panel_contact(*parts, crease_inertia=np.asarray(element.numbers["crease_inertia"]),
+                                    cut_start=cut_branches(system, element, system.default_params()))
         system = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
         if contact.forces:
             check_start(system, element, system.default_params())

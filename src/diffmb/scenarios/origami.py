@@ -172,12 +172,13 @@ def hinge_set(pattern, v):
 #: 1 on, 0 the paper's model (the detector still reports); ``contact_kappa`` a factor on
 #: the default stiffnesses; ``contact_psi`` [rad] and ``contact_dhat`` [m, 0: 1e-3 of the
 #: panel size] the barriers' reaches; ``contact_thickness`` [m]; ``contact_damping``
-#: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping; ``contact_stow``: 0
+#: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping;
+#: ``contact_rest_damping`` the damping ratio of a crease resting past flat; ``contact_stow``: 0
 #: starts from the pattern's stack as it is, ``G > 0`` from the nearest closed state whose
 #: stacked layers are ``thickness + G dhat`` apart (:func:`stowed`).
 CONTACT_DEFAULTS = {"contact": 0.0, "contact_kappa": 1.0, "contact_psi": PSI_HAT, "contact_dhat": 0.0,
                     "contact_thickness": 0.0, "contact_damping": 0.0, "contact_crease_damping": 0.0,
-                    "contact_stow": 0.0}
+                    "contact_rest_damping": 0.0, "contact_stow": 0.0}
 
 
 def contact_options(v) -> ContactOptions:
@@ -194,7 +195,8 @@ def contact_options(v) -> ContactOptions:
     return ContactOptions(forces=on == 1.0, kappa_scale=v.get("contact_kappa", 1.0),
                           psi_hat=v.get("contact_psi", PSI_HAT), dhat=dhat if dhat > 0 else None,
                           thickness=v.get("contact_thickness", 0.0), damping=v.get("contact_damping", 0.0),
-                          crease_damping=v.get("contact_crease_damping", 0.0))
+                          crease_damping=v.get("contact_crease_damping", 0.0),
+                          rest_damping=v.get("contact_rest_damping", 0.0))
 
 
 def stowed(system, params, v):
@@ -267,10 +269,14 @@ def _hinge_defaults(scale):
 
 def _conserved(values) -> tuple:
     """A free-floating fold conserves angular momentum; its energy too when no hinge
-    damps: no viscous ``c``, no tape-spring damping (``hinge`` 1), no end-stop damping."""
+    damps: no viscous ``c``, no tape-spring damping (``hinge`` 1), no end-stop damping,
+    no contact damping."""
     damped = (set_anywhere(values, "c") or (values.get("hinge", 0.0) != 0 and values.get("ts_damping", 0.0) != 0)
               or ((values.get("stop", 0.0) != 0 or values.get("latch", -1.0) >= 0)
-                  and values.get("stop_c", 0.0) != 0))
+                  and values.get("stop_c", 0.0) != 0)
+              or (values.get("contact", 0.0) == 1.0
+                  and any(values.get(k, 0.0) != 0 for k in ("contact_damping", "contact_crease_damping",
+                                                             "contact_rest_damping"))))
     return ("angular_momentum",) if damped else ("energy", "angular_momentum")
 
 

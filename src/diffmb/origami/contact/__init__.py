@@ -6,6 +6,7 @@ from .build import (
            ContactOptions,
            check_panels,
            check_start,
+           crease_inertias,
            cut_branches,
            free_panels,
            inradius,
@@ -21,6 +22,7 @@ from .rule import (
            certified_margin,
            certified_margins,
            certified_reach,
+           crease_rest_damping,
            crease_rest_stiffness,
            crease_stiffness,
            panel_stiffness,
@@ -30,5 +32,6 @@ from .rule import (
 __all__ = ["ARMING_RATE", "CAPACITY", "CREASE_TOLERANCE", "DETECT_CAPACITY", "DHAT_RELATIVE", "DIAGNOSED_PAIRS",
            "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "ContactOptions", "PanelContact",
            "certified_margin", "certified_margins", "certified_reach", "check_panels", "check_start",
-           "crease_rest_stiffness", "crease_stiffness", "cut_branches", "free_panels", "inradius", "panel_contact",
+           "crease_inertias", "crease_rest_damping", "crease_rest_stiffness", "crease_stiffness", "cut_branches",
+           "free_panels", "inradius", "panel_contact",
            "panel_stiffness", "rest_depth", "start_diagnostics"]

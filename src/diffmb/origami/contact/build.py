@@ -29,7 +29,9 @@ class ContactOptions:
     way); ``kappa_scale``: a factor on the default stiffnesses; ``psi_hat`` [rad], ``dhat``
     [m] (None: :data:`DHAT_RELATIVE` of the panel size), ``thickness`` [m]: the barriers'
     reaches and the panels' thickness offset; ``damping`` [N s/m], ``crease_damping``
-    [N m s/rad]: contact damping that only dissipates (zero outside the reach)."""
+    [N m s/rad]: contact damping that only dissipates (zero outside the reach);
+    ``rest_damping``: the damping ratio of a crease resting past flat on Tier A's soft
+    term, at its inertia (:func:`.rule.crease_rest_damping`; 0: undamped)."""
 
     forces: bool = True
     kappa_scale: float = 1.0
@@ -38,10 +40,11 @@ class ContactOptions:
     thickness: float = 0.0
     damping: float = 0.0
     crease_damping: float = 0.0
+    rest_damping: float = 0.0
     capacity: int = CAPACITY
 
     def check(self):
-        for name in ("kappa_scale", "psi_hat", "thickness", "damping", "crease_damping"):
+        for name in ("kappa_scale", "psi_hat", "thickness", "damping", "crease_damping", "rest_damping"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"contact: {name} must be a non-negative number, got {v}")
@@ -119,13 +122,14 @@ def _convex(v: np.ndarray) -> bool:
 
 
 def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, cut_creases, hinge_axis,
-                  options: ContactOptions, cut_start=None) -> PanelContact:
+                  options: ContactOptions, cut_start=None, crease_inertia=None) -> PanelContact:
     """The element of a crease pattern compiled into ``model``: ``panels`` by name,
     ``order`` their bodies' order, ``origin`` each body's origin in the flat layout,
     ``tree_edges`` ``(parent, child, crease)`` of the spanning tree, ``cut_creases`` the
     creases cut into closures, ``hinge_axis(crease, child)`` the oriented crease axis,
     ``cut_start``: each cut crease's angle at the start on its branch (:func:`cut_branches`:
-    ``+-pi`` for one folded flat, on the side it opens from; None: its declared fold).
+    ``+-pi`` for one folded flat, on the side it opens from; None: its declared fold),
+    ``crease_inertia``: each crease's inertia at the start (:func:`crease_inertias`; None: 1).
     Raises ValueError naming a panel that is not convex or too thin for the thickness
     (:func:`check_panels`)."""
     check_panels(panels, options)
@@ -143,6 +147,8 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     tree = tuple((model.coordinate_names.index(f"theta_{child}"), model.velocity_names.index(f"theta_{child}_dot"),
                   c.label) for _, child, c in tree_edges)
     cut = tuple((model.body_index(c.a), model.body_index(c.b), c.label) for c in cut_creases)
+    numbers["crease_inertia"] = jnp.asarray(np.ones(len(tree) + len(cut)) if crease_inertia is None
+                                            else np.asarray(crease_inertia, float))
     return PanelContact(panel_names=names, panel_body=tuple(model.body_index(n) if n in moving else -1
                                                             for n in names), valid=valid,
                         pairs=pairs, tree_creases=tree, cut_creases=cut,
@@ -185,6 +191,7 @@ def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_
         "psi_hat": jnp.asarray(options.psi_hat),
         "kappa_scale": jnp.asarray(options.kappa_scale),
         "crease_damping": jnp.asarray(options.crease_damping),
+        "rest_damping": jnp.asarray(options.rest_damping),
         "dhat": jnp.asarray(options.dhat if options.dhat is not None else DHAT_RELATIVE * size),
         "thickness": jnp.asarray(options.thickness),
         "damping": jnp.asarray(options.damping),
@@ -235,6 +242,27 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
     return tuple(float(np.pi * s) if f else float(a) for s, f, a in zip(sides, folded, quarter))
 
 
+def crease_inertias(system, element: PanelContact, params) -> np.ndarray:
+    """Each crease's inertia at the start [kg m^2]: ``1 / (a M^-1 a^T)``, ``a`` the row of
+    the crease's fold rate in the speeds and ``M`` the tree's mass matrix (the closures
+    left out: the inertia a torque on that crease alone meets, a lower bound of the
+    closed structure's). It scales :func:`.rule.crease_rest_damping`, a damping ratio:
+    an inertia off by a factor changes the ratio by its square root only."""
+    x0 = system.init_state(params)
+    q0, qd0 = system.split(x0)
+    return np.asarray(_inertias(element, params["model"], q0, qd0, element.numbers))
+
+
+@eqx.filter_jit
+def _inertias(element: PanelContact, model, q, qd, p):
+    from ...tree import crba
+    from ...tree.kinematics import kinematics
+
+    A = jax.jacfwd(lambda v: element.crease_rates(kinematics(model, q, v), p))(qd)
+    M = crba.mass_matrix_ws(model, kinematics(model, q, qd))
+    return 1.0 / jnp.einsum("ij,ji->i", A, jnp.linalg.solve(M, A.T))
+
+
 @eqx.filter_jit
 def _cut_angles(element: PanelContact, model, q, p):
     from ...tree.kinematics import kinematics
@@ -253,6 +281,7 @@ def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> 
     numbers, valid, _ = _numbers(local, np.zeros((0, 3)), options, crease_tolerance=CREASE_TOLERANCE,
                                  extent=_box_diagonal(np.concatenate(local)))   # (no creases: unused)
     numbers["energy"] = jnp.asarray(max(float(energy), MIN_BUDGET))
+    numbers["crease_inertia"] = jnp.zeros(0)
     bodies = tuple(-1 if n == "world" else model.body_index(n) for n in names)
     return PanelContact(panel_names=names, panel_body=bodies, valid=valid,
                         pairs=tuple((i, j) for i in range(len(names)) for j in range(i + 1, len(names))),

@@ -52,7 +52,14 @@ from ...math.batch_cond import cond_any
 from ...tree import rnea
 from ...tree.force_element import ForceElement
 from . import pairs as pr, report
-from .rule import MIN_BUDGET, certified_reach, crease_rest_stiffness, crease_stiffness, panel_stiffness
+from .rule import (
+    MIN_BUDGET,
+    certified_reach,
+    crease_rest_damping,
+    crease_rest_stiffness,
+    crease_stiffness,
+    panel_stiffness,
+)
 
 #: Arming rate of a pair that started in contact, once out of the barrier's reach [1/s]:
 #: its weight grows linearly to 1 in ``1 / ARMING_RATE`` seconds (no feedback on itself,
@@ -266,7 +273,8 @@ class PanelContact(ForceElement):
         rates = self.crease_rates(ws, p)
         # dU/dtheta, and the crease damping's -c w theta_dot folded in with its sign
         g = (jax.grad(self._crease_energy)(theta, p, self._budget(z))
-             + p["crease_damping"] * self._crease_weight(theta, p) * rates)
+             + (p["crease_damping"] * self._crease_weight(theta, p)
+                + crease_rest_damping(p, self._budget(z), jnp.abs(theta) - jnp.pi)) * rates)
         nt = len(self.tree_creases)
         tau = jnp.zeros(model.nv, ws.pos.dtype)
         if nt:   # onto the creases' speeds by a constant product (a scatter-add compiles into a loop)

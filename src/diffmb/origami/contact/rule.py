@@ -60,6 +60,19 @@ def crease_rest_stiffness(p, budget, creases: int):
     return p["kappa_scale"] * budget / (creases * jnp.pi * rest_depth(p) ** 2)
 
 
+def crease_rest_damping(p, budget, past):
+    """Each crease's damping [N m s/rad] at ``past`` [rad] past flat, the damping ratio
+    ``p["rest_damping"]`` of Tier A's soft term at the crease's inertia
+    (``p["crease_inertia"]``): ``2 zeta sqrt(K I)``, ``K = 2 k delta`` the soft term's
+    stiffness at that depth, held at its value at :func:`rest_depth` beyond it; 0 up to
+    flat. A crease resting past flat under a load otherwise rings there undamped, and an
+    adaptive solver resolves every period of it (``docs/contact.md``)."""
+    K = 2.0 * crease_rest_stiffness(p, budget, past.shape[0]) * jnp.clip(past, 0.0, rest_depth(p))
+    KI = K * p["crease_inertia"]
+    # the square root kept off 0, where its derivative is not finite
+    return 2.0 * p["rest_damping"] * jnp.where(KI > 0.0, jnp.sqrt(jnp.where(KI > 0.0, KI, 1.0)), 0.0)
+
+
 def panel_stiffness(p, budget):
     """Tier B's stiffness, by the same rule as :func:`crease_stiffness`."""
     return p["kappa_scale"] * budget / br.half_reach(p["dhat"])
