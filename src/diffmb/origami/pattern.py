@@ -408,13 +408,13 @@ def _build(pattern: CreasePattern, *, free_root: bool = True, stabilization: str
                  [(p, ch, creases[frozenset((p, ch))]) for p, ch in tp.tree_edges],
                  [creases[frozenset(e)] for e in tp.cut_edges], _hinge_axis, contact)
         element = panel_contact(*parts)
+        start = {}
         if element.forces and (element.tree_creases or element.cut_creases):
-            first = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
-            inertia = crease_inertias(first, element, first.default_params())
-            element = panel_contact(*parts, crease_inertia=inertia)
+            start["crease_inertia"] = crease_inertias(system, element, system.default_params())
         if element.cut_creases:
-            element = panel_contact(*parts, crease_inertia=np.asarray(element.numbers["crease_inertia"]),
-                                    cut_start=cut_branches(system, element, system.default_params()))
+            start["cut_start"] = cut_branches(system, element, system.default_params())
+        if start:
+            element = panel_contact(*parts, **start)
         system = TreeSystem(model, q0, np.zeros_like(q0), elements=(element,), **kw)
         if contact.forces:
             check_start(system, element, system.default_params())
