@@ -65,13 +65,6 @@ from .rule import (
 #: its weight grows linearly to 1 in ``1 / ARMING_RATE`` seconds (no feedback on itself,
 #: so the arming state adds no stiffness to an explicit solver).
 ARMING_RATE = 1e3
-#: The arming states are held in the element's state scaled by this factor, so that their
-#: errors fall far below any step-size control's tolerance: an arming state only switches
-#: a pair's barrier on while the barrier is zero (out of its reach), so its accuracy
-#: matters not, and at full scale its error where the broad phase's bound has a kink (a
-#: max over a pair's vertices) held Dopri5 to short steps (the 4x4 map fold's layers
-#: arming at 0.7 s: 42 of 140 steps in its first second).
-ARMING_STATE_SCALE = 1e-12
 #: The detector's pairs per save point: all of them up to this many, else the nearest.
 DETECT_CAPACITY = 8192
 #: Beyond this many pairs, a sweep member's save point with no armed pair within the
@@ -221,7 +214,7 @@ class PanelContact(ForceElement):
         if not self.forces:
             return jnp.ones(len(self.pairs), dtype)
         n = len(self.cut_creases)
-        x = jnp.clip(z[n:n + len(self.pairs)] / ARMING_STATE_SCALE, 0.0, 1.0)
+        x = jnp.clip(z[n:n + len(self.pairs)], 0.0, 1.0)
         return x * x * (3.0 - 2.0 * x)
 
     def _budget(self, z):
@@ -372,10 +365,9 @@ class PanelContact(ForceElement):
         return out
 
     def _arming_rates(self, bound, p):
-        """A pair's arming state grows while the pair is out of the barrier's reach (held
-        scaled by :data:`ARMING_STATE_SCALE`)."""
+        """A pair's arming state grows while the pair is out of the barrier's reach."""
         x = jnp.clip((bound - p["thickness"] - p["dhat"]) / (0.5 * p["dhat"]), 0.0, 1.0)
-        return ARMING_STATE_SCALE * ARMING_RATE * x * x * (3.0 - 2.0 * x)
+        return ARMING_RATE * x * x * (3.0 - 2.0 * x)
 
     def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test over the pairs (:func:`.pairs.overlaps`)."""
@@ -530,8 +522,7 @@ class PanelContact(ForceElement):
 
     def init_states(self, model, ws, p, energy):
         """The cut creases' angles on their branch, each pair's arming state (1: apart at
-        the start, 0: in contact, as the layers of a stack; held scaled by
-        :data:`ARMING_STATE_SCALE`), and the energy budget of the
+        the start, 0: in contact, as the layers of a stack), and the energy budget of the
         default stiffnesses: the structure's energy at the start (``energy``), or the
         number ``p["energy"]`` where one was given (:func:`free_panels`)."""
         if not self.forces:
@@ -543,7 +534,7 @@ class PanelContact(ForceElement):
         armed = jnp.zeros(0, ws.pos.dtype)
         if self.pairs:
             bound = self._pair_bounds(self.vertices(ws, p), p)
-            armed = ARMING_STATE_SCALE * (bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype)
+            armed = (bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype)
         budget = energy if self.budget_from_start else p["energy"]
         budget = jnp.maximum(jnp.asarray(budget, ws.pos.dtype), MIN_BUDGET)
         return jnp.concatenate([cut, armed, budget[None]])
