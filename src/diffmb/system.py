@@ -449,9 +449,9 @@ class TreeSystem(System):
         ``O(e^2 |qd|)`` in velocity (one iteration would leave ``O(e |qd|)``: its factor is
         taken before the correction), with two linearisations instead of
         ``projection_iterations`` (3)."""
-        return self._project(x, params, min(2, self.projection_iterations))
+        return self._project(x, params, min(2, self.projection_iterations), step_end=False)
 
-    def _project(self, x, params, iterations):
+    def _project(self, x, params, iterations, step_end=True):
         model = params["model"]
         q, qd = self.split(x)
         if self.stabilization == "projection":
@@ -460,6 +460,11 @@ class TreeSystem(System):
             q, qd = cs.project_state(model, q, qd, params["closures"], iterations,
                                      keep_momentum=model.floating_base)
             x = jnp.concatenate([q, qd, x[q.shape[0] + qd.shape[0]:]])
+        if step_end and any(e.switches_at_step_end for e in self.elements):
+            ws = kinematics(model, q)
+            zs = [e.at_step_end(model, ws, z, p) if e.switches_at_step_end else z
+                  for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
+            x = jnp.concatenate([x[:model.nq + model.nv], *zs])
         return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
 
     @property

@@ -70,6 +70,18 @@ class ForceElement(eqx.Module):
         return jnp.zeros(0, ws.pos.dtype)
 
     @property
+    def switches_at_step_end(self) -> bool:
+        """Whether :meth:`at_step_end` changes the element's states (False by default)."""
+        return False
+
+    def at_step_end(self, model, ws, z, params):
+        """The element's states after an accepted step (``ws``: the step end's kinematics,
+        positions only). A state that switches (contact's arming) jumps here instead of
+        evolving: its rate is zero, so a step's interpolation and its error estimate hold
+        it constant, and the jump is exact. ``z`` by default."""
+        return z
+
+    @property
     def limits_steps(self) -> bool:
         """Whether :meth:`step_fraction` bounds the steps of an adaptive solver."""
         return False

@@ -29,9 +29,10 @@ of an origami :class:`~diffmb.system.TreeSystem` that
     vertex-face and edge-edge distances ``d`` of every such pair (IPC's primitives, the
     edge-edge terms mollified for parallel edges), reach ``dhat``, thickness ``xi``: a
     positive gap is guaranteed. A pair that starts in contact (layers of a stowed stack,
-    gap 0) is armed as soon as it has separated by ``dhat`` (its arming weight is a state
-    of the element that grows only while the pair is out of the barrier's reach, so arming
-    adds no energy); a broad phase keeps ``capacity`` candidate pairs (the nearest by a
+    gap 0) is armed as soon as it has separated by ``dhat``: its arming state, a state of
+    the element with no rate, switches on at the end of the first accepted step that
+    finds the pair out of the barrier's reach (:meth:`PanelContact.at_step_end`), so
+    arming adds no energy; a broad phase keeps ``capacity`` candidate pairs (the nearest by a
     lower bound on their distance) and counts the rest (``contact_overflow``).
 
 The default stiffnesses need no tuning (:mod:`.rule`); the broad and narrow phases are
@@ -61,10 +62,6 @@ from .rule import (
     panel_stiffness,
 )
 
-#: Arming rate of a pair that started in contact, once out of the barrier's reach [1/s]:
-#: its weight grows linearly to 1 in ``1 / ARMING_RATE`` seconds (no feedback on itself,
-#: so the arming state adds no stiffness to an explicit solver).
-ARMING_RATE = 1e3
 #: The detector's pairs per save point: all of them up to this many, else the nearest.
 DETECT_CAPACITY = 8192
 #: Beyond this many pairs, a sweep member's save point with no armed pair within the
@@ -210,12 +207,11 @@ class PanelContact(ForceElement):
                 jnp.asarray(np.asarray([q[1] for q in self.pairs], np.int32)))
 
     def _armed(self, z, dtype):
-        """Each pair's arming weight in [0, 1] (a smooth clamp of its arming state)."""
+        """Each pair's arming state: 1 armed, 0 not yet (:meth:`at_step_end`)."""
         if not self.forces:
             return jnp.ones(len(self.pairs), dtype)
         n = len(self.cut_creases)
-        x = jnp.clip(z[n:n + len(self.pairs)], 0.0, 1.0)
-        return x * x * (3.0 - 2.0 * x)
+        return z[n:n + len(self.pairs)]
 
     def _budget(self, z):
         """The energy the default stiffnesses hold at half reach (the last own state)."""
@@ -325,7 +321,7 @@ class PanelContact(ForceElement):
                                  (model, ws, z, p, g, bound, P, touching))
         out = [self._cut_rates(ws, p)] if self.cut_creases else []
         if self.pairs:
-            out.append(self._arming_rates(bound, p))
+            out.append(jnp.zeros(len(self.pairs), ws.pos.dtype))   # arming switches at step ends
         out.append(jnp.zeros(1, ws.pos.dtype))   # the budget is constant
         return tau, jnp.concatenate(out)
 
@@ -364,10 +360,20 @@ class PanelContact(ForceElement):
             out = jnp.min(jnp.where(self._armed(z0, P0.dtype) > 0, ratio, jnp.inf))
         return out
 
-    def _arming_rates(self, bound, p):
-        """A pair's arming state grows while the pair is out of the barrier's reach."""
-        x = jnp.clip((bound - p["thickness"] - p["dhat"]) / (0.5 * p["dhat"]), 0.0, 1.0)
-        return ARMING_RATE * x * x * (3.0 - 2.0 * x)
+    @property
+    def switches_at_step_end(self) -> bool:
+        return self.forces and bool(self.pairs)
+
+    def at_step_end(self, model, ws, z, p):
+        """A pair not yet armed is armed at the end of an accepted step that finds it out of
+        the barrier's reach (its lower bound at least ``thickness + dhat`` apart), where its
+        barrier is zero: arming adds no energy. A jump, not a rate: an arming state that
+        grew (at 1e3 /s while the pair was out of reach) held Dopri5 to short steps where
+        the broad phase's bound has a kink, and relaxing its error control let a save
+        point's interpolation arm a stacked pair at gap 0 (``docs/benchmarks.md``)."""
+        n, m = len(self.cut_creases), len(self.pairs)
+        apart = (self._pair_bounds(self.vertices(ws, p), p) >= p["thickness"] + p["dhat"]).astype(z.dtype)
+        return jnp.concatenate([z[:n], jnp.maximum(z[n:n + m], apart), z[n + m:]])
 
     def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test over the pairs (:func:`.pairs.overlaps`)."""
