@@ -454,14 +454,17 @@ class TreeSystem(System):
     def _project(self, x, params, iterations, step_end=True):
         model = params["model"]
         q, qd = self.split(x)
+        switching = step_end and any(e.switches_at_step_end for e in self.elements)
+        ws = None
         if self.stabilization == "projection":
             # the elements' own states pass unchanged (contact's cut-crease angles: only
             # their branch is read, which the projection's small move never changes)
-            q, qd = cs.project_state(model, q, qd, params["closures"], iterations,
-                                     keep_momentum=model.floating_base)
+            q, qd, *rest = cs.project_state(model, q, qd, params["closures"], iterations,
+                                            keep_momentum=model.floating_base, with_kinematics=switching)
+            ws = rest[0] if rest else None
             x = jnp.concatenate([q, qd, x[q.shape[0] + qd.shape[0]:]])
-        if step_end and any(e.switches_at_step_end for e in self.elements):
-            ws = kinematics(model, q)
+        if switching:
+            ws = kinematics(model, q) if ws is None else ws
             zs = [e.at_step_end(model, ws, z, p) if e.switches_at_step_end else z
                   for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
             x = jnp.concatenate([x[:model.nq + model.nv], *zs])

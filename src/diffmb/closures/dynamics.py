@@ -84,7 +84,8 @@ def constrained_acceleration(model, q, qd, tau, nodes, gains=None):
     return qdd, lam.reshape(-1)[np.asarray(nodes.rows)]
 
 
-def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool = False):
+def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool = False,
+                  with_kinematics: bool = False):
     """Mass-weighted projection onto the position and velocity constraint manifolds.
 
     Gauss-Newton on ``phi(q) = 0``: the smallest correction in the metric of ``M``,
@@ -146,8 +147,11 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
             carry = jax.lax.fori_loop(0, iterations, lambda _, c: gn(c, False), carry)
         _, _, q, M, F, h0 = carry
     qd, _ = F.solve(M @ qd, jnp.zeros_like(mask))
+    ws = None
     if keep_momentum:
-        qd = _restore_momentum(model, q, qd, h0)
+        qd, ws = _restore_momentum(model, q, qd, h0)
+    if with_kinematics:   # the corrected positions' kinematics, taken once
+        return q, qd, kinematics(model, q) if ws is None else ws
     return q, qd
 
 
@@ -175,7 +179,7 @@ def _restore_momentum(model, q, qd, target):
     ``target``: a uniform spatial velocity added to every free root moves every body
     rigidly, so it keeps the closures' velocity constraints, and solved against the
     system's composite inertia it puts back exactly the momentum of the state before the
-    projection."""
+    projection. Returns ``(qd, kinematics at q)``."""
     ws = kinematics(model, q)
     dh = target - _momentum(model, ws, qd)            # world axes, about the world origin
     Ic = jnp.sum(ws.inertia, 0)                       # the whole system, world origin
@@ -185,4 +189,4 @@ def _restore_momentum(model, q, qd, target):
     for b in model.free_roots:
         s, e = model.body_slices[b]
         qd = qd.at[s:e].add(sp.xform_motion(ws.rot[b], ws.pos[b], dv))
-    return qd
+    return qd, ws
