@@ -109,6 +109,9 @@ def project_state(model, q, qd, nodes, iterations: int = 3, keep_momentum: bool 
     more than the linearisations it skipped (80 against 65 ms), so every iteration runs.
     Every iteration corrects: left uncorrected, a residual at round-off made fold-4panel's
     adaptive run take 338 steps instead of 274.
+
+    ``with_kinematics``: also return the kinematics (positions) at the corrected ``q``, the
+    momentum restore's where it ran (contact's arming at a step's end reads them).
     """
     nv = model.nv
     mask = jnp.asarray(nodes.mask(), q.dtype)
