@@ -15,7 +15,14 @@ import diffmb
 from diffmb import scenarios
 from diffmb.math import barrier as br
 from diffmb.origami import build
-from diffmb.origami.contact import ContactOptions, certified_reach, free_panels, panel_stiffness, rest_depth
+from diffmb.origami.contact import (
+    ARMING_BITS,
+    ContactOptions,
+    certified_reach,
+    free_panels,
+    panel_stiffness,
+    rest_depth,
+)
 from diffmb.origami.pattern import Crease, CreasePattern, Panel
 from diffmb.simulation import health
 
@@ -734,8 +741,12 @@ def test_a_stack_arms_its_layers_at_step_ends_without_a_trace_in_the_energy():
     e = system.elements[0]
     tr = diffmb.simulate(system, params=params, t1=1.5, solver="dopri5", rtol=sc.rtol, atol=sc.atol, saveat=1001)
     assert tr.status == "success"
-    n = system.model.nq + system.model.nv + len(e.cut_creases)
-    armed = np.asarray(tr.xs[:, n:n + len(e.pairs)])
+    n = system.model.nq + system.model.nv
+    words = np.asarray(tr.xs[:, n + len(e.cut_creases):n + len(e.state_names) - 1])   # the budget last
+    # the flags' integers held exactly between step ends (a save point interpolates)
+    assert words.shape[1] == -(-len(e.pairs) // ARMING_BITS)
+    assert np.all(words == np.floor(words)) and np.all((words >= 0) & (words < 2.0**ARMING_BITS))
+    armed = np.asarray(jax.vmap(e.armed_pairs)(tr.xs[:, n:]))
     assert set(np.unique(armed)) <= {0.0, 1.0}
     newly = (armed[-1] == 1.0) & (armed[0] == 0.0)
     assert newly.any()

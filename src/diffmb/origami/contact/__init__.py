@@ -13,7 +13,7 @@ from .build import (
            panel_contact,
            start_diagnostics,
 )
-from .element import DETECT_CAPACITY, DIAGNOSED_PAIRS, PanelContact
+from .element import ARMING_BITS, DETECT_CAPACITY, DIAGNOSED_PAIRS, PanelContact, pack_flags, unpack_flags
 from .report import CREASE_TOLERANCE, OVERLAP_TOLERANCE
 from .rule import (
            DHAT_RELATIVE,
@@ -29,9 +29,9 @@ from .rule import (
            rest_depth,
 )
 
-__all__ = ["CAPACITY", "CREASE_TOLERANCE", "DETECT_CAPACITY", "DHAT_RELATIVE", "DIAGNOSED_PAIRS",
+__all__ = ["ARMING_BITS", "CAPACITY", "CREASE_TOLERANCE", "DETECT_CAPACITY", "DHAT_RELATIVE", "DIAGNOSED_PAIRS",
            "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "ContactOptions", "PanelContact",
            "certified_margin", "certified_margins", "certified_reach", "check_panels", "check_start",
            "crease_inertias", "crease_rest_damping", "crease_rest_stiffness", "crease_stiffness", "cut_branches",
            "free_panels", "inradius", "panel_contact",
-           "panel_stiffness", "rest_depth", "start_diagnostics"]
+           "pack_flags", "panel_stiffness", "rest_depth", "start_diagnostics", "unpack_flags"]

@@ -29,9 +29,9 @@ of an origami :class:`~diffmb.system.TreeSystem` that
     vertex-face and edge-edge distances ``d`` of every such pair (IPC's primitives, the
     edge-edge terms mollified for parallel edges), reach ``dhat``, thickness ``xi``: a
     positive gap is guaranteed. A pair that starts in contact (layers of a stowed stack,
-    gap 0) is armed as soon as it has separated by ``dhat``: its arming state, a state of
-    the element with no rate, switches on at the end of the first accepted step that
-    finds the pair out of the barrier's reach (:meth:`PanelContact.at_step_end`), so
+    gap 0) is armed as soon as it has separated by ``dhat``: its arming flag, a bit of
+    one of the element's states (which have no rate), switches on at the end of the first
+    accepted step that finds the pair out of the barrier's reach (:meth:`PanelContact.at_step_end`), so
     arming adds no energy; a broad phase keeps ``capacity`` candidate pairs (the nearest by a
     lower bound on their distance) and counts the rest (``contact_overflow``).
 
@@ -61,6 +61,31 @@ from .rule import (
     crease_stiffness,
     panel_stiffness,
 )
+
+#: Pairs' arming flags held in one state, as the bits of an integer: exact in float32
+#: too (integers to 2^24), so that a state of the solver holds them. A flag a state per
+#: pair made the 20x20 map fold's state 79,490 long against 810 for its mechanics, and
+#: every stage of a step moved it (``docs/benchmarks.md``).
+ARMING_BITS = 23
+_BIT_VALUES = np.exp2(np.arange(ARMING_BITS))
+
+
+def pack_flags(flags):
+    """0/1 ``flags (m,)`` as ``ceil(m / ARMING_BITS)`` integers, flag ``i`` the bit
+    ``i % ARMING_BITS`` of number ``i // ARMING_BITS`` (exact: integers below 2^23). A
+    discrete state: no derivative passes."""
+    flags = jax.lax.stop_gradient(flags)
+    w = -(-flags.shape[0] // ARMING_BITS)
+    padded = jnp.pad(flags, (0, w * ARMING_BITS - flags.shape[0]))
+    return padded.reshape(w, ARMING_BITS) @ jnp.asarray(_BIT_VALUES, flags.dtype)
+
+
+def unpack_flags(words, m: int):
+    """The ``m`` 0/1 flags :func:`pack_flags` packed into ``words``."""
+    words = jax.lax.stop_gradient(words)
+    high = jnp.floor(words[:, None] / jnp.asarray(_BIT_VALUES, words.dtype)[None, :])
+    return (high - 2.0 * jnp.floor(high / 2.0)).reshape(-1)[:m]
+
 
 #: The detector's pairs per save point: all of them up to this many, else the nearest.
 DETECT_CAPACITY = 8192
@@ -206,12 +231,22 @@ class PanelContact(ForceElement):
         return (jnp.asarray(np.asarray([q[0] for q in self.pairs], np.int32)),
                 jnp.asarray(np.asarray([q[1] for q in self.pairs], np.int32)))
 
+    @property
+    def _arming_words(self) -> int:
+        """How many states hold the pairs' arming flags (:data:`ARMING_BITS` a state)."""
+        return -(-len(self.pairs) // ARMING_BITS) if self.forces else 0
+
     def _armed(self, z, dtype):
-        """Each pair's arming state: 1 armed, 0 not yet (:meth:`at_step_end`)."""
+        """Each pair's arming flag: 1 armed, 0 not yet (:meth:`at_step_end`), read off the
+        bits of the element's arming states."""
         if not self.forces:
             return jnp.ones(len(self.pairs), dtype)
         n = len(self.cut_creases)
-        return z[n:n + len(self.pairs)]
+        return unpack_flags(z[n:n + self._arming_words], len(self.pairs)).astype(dtype)
+
+    def armed_pairs(self, z):
+        """Each pair's arming flag (0 or 1) in the element's states ``z``, contact on."""
+        return self._armed(z, z.dtype)
 
     def _budget(self, z):
         """The energy the default stiffnesses hold at half reach (the last own state)."""
@@ -321,7 +356,7 @@ class PanelContact(ForceElement):
                                  (model, ws, z, p, g, bound, P, touching))
         out = [self._cut_rates(ws, p)] if self.cut_creases else []
         if self.pairs:
-            out.append(jnp.zeros(len(self.pairs), ws.pos.dtype))   # arming switches at step ends
+            out.append(jnp.zeros(self._arming_words, ws.pos.dtype))   # arming switches at step ends
         out.append(jnp.zeros(1, ws.pos.dtype))   # the budget is constant
         return tau, jnp.concatenate(out)
 
@@ -371,9 +406,9 @@ class PanelContact(ForceElement):
         grew (at 1e3 /s while the pair was out of reach) held Dopri5 to short steps where
         the broad phase's bound has a kink, and relaxing its error control let a save
         point's interpolation arm a stacked pair at gap 0 (``docs/benchmarks.md``)."""
-        n, m = len(self.cut_creases), len(self.pairs)
+        n, w = len(self.cut_creases), self._arming_words
         apart = (self._pair_bounds(self.vertices(ws, p), p) >= p["thickness"] + p["dhat"]).astype(z.dtype)
-        return jnp.concatenate([z[:n], jnp.maximum(z[n:n + m], apart), z[n + m:]])
+        return jnp.concatenate([z[:n], pack_flags(jnp.maximum(self._armed(z, z.dtype), apart)), z[n + w:]])
 
     def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test over the pairs (:func:`.pairs.overlaps`)."""
@@ -524,11 +559,11 @@ class PanelContact(ForceElement):
         if not self.forces:
             return ()
         return (tuple(f"crease_{c[2]}" for c in self.cut_creases)
-                + tuple(f"armed_{a}" for a in self.pair_labels) + ("contact_budget",))
+                + tuple(f"contact_arming_{k}" for k in range(self._arming_words)) + ("contact_budget",))
 
     def init_states(self, model, ws, p, energy):
-        """The cut creases' angles on their branch, each pair's arming state (1: apart at
-        the start, 0: in contact, as the layers of a stack), and the energy budget of the
+        """The cut creases' angles on their branch, the pairs' arming flags (1: apart at
+        the start, 0: in contact, as the layers of a stack; :func:`pack_flags`), and the energy budget of the
         default stiffnesses: the structure's energy at the start (``energy``), or the
         number ``p["energy"]`` where one was given (:func:`free_panels`)."""
         if not self.forces:
@@ -540,7 +575,7 @@ class PanelContact(ForceElement):
         armed = jnp.zeros(0, ws.pos.dtype)
         if self.pairs:
             bound = self._pair_bounds(self.vertices(ws, p), p)
-            armed = (bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype)
+            armed = pack_flags((bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype))
         budget = energy if self.budget_from_start else p["energy"]
         budget = jnp.maximum(jnp.asarray(budget, ws.pos.dtype), MIN_BUDGET)
         return jnp.concatenate([cut, armed, budget[None]])
