@@ -780,3 +780,23 @@ def test_a_sweeps_save_points_take_the_nearest_pair_alone_and_report_the_same():
         assert np.isfinite(np.asarray(one["contact_gap"])).any()   # pairs armed once their layers part
         for k in keys:
             np.testing.assert_allclose(many[k], one[k], rtol=1e-12, atol=0, err_msg=k)
+
+
+def test_the_pairs_arming_flags_packed_into_states_read_back_exactly_in_float32_too():
+    """The flags 23 to a state, as the bits of an integer: every pattern of flags (any
+    count, a last partial word) reads back as it was, in float64 and float32, and the
+    states are integers below 2^23."""
+    from diffmb.origami.contact import pack_flags, unpack_flags
+
+    rng = np.random.default_rng(0)
+    for m in (1, 22, 23, 24, 78, 4608):
+        flags = rng.integers(0, 2, m).astype(float)
+        flags[-1] = 1.0   # the highest bit of a last partial word
+        for dtype in (jnp.float64, jnp.float32):
+            words = pack_flags(jnp.asarray(flags, dtype))
+            assert words.shape == (-(-m // ARMING_BITS),) and words.dtype == dtype
+            w = np.asarray(words, float)
+            assert np.all(w == np.floor(w)) and np.all((w >= 0) & (w < 2.0**ARMING_BITS))
+            np.testing.assert_array_equal(np.asarray(unpack_flags(words, m)), flags)
+    ones = pack_flags(jnp.ones(ARMING_BITS))
+    assert float(ones[0]) == 2.0**ARMING_BITS - 1
