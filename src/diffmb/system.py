@@ -14,6 +14,7 @@ run.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from .closures import constraint_solve, dynamics as cs, nodes as cl
 from .math import spatial as sp
+from .math.batch_cond import cond_any
 from .tree import aba, api, crba, joints as jt, rnea
 from .tree.body_frames import BodyFrames, from_kinematics
 from .tree.kinematics import Kinematics, kinematics, poses as body_poses
@@ -384,15 +386,25 @@ class TreeSystem(System):
 
     @sp.jit_per_form
     def step_fraction(self, x0, x1, params):
-        model = params["model"]
-        # both ends' poses in one batched pass (the kinematics compiled once, not twice)
-        rot, pos = jax.vmap(lambda x: body_poses(model, self.split(x)[0]))(jnp.stack([x0, x1]))
-        ws0, ws1 = (Kinematics(rot[k], pos[k], None, None) for k in (0, 1))
-        out = jnp.asarray(jnp.inf, x0.dtype)
-        for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"]):
-            if e.limits_steps:
-                out = jnp.minimum(out, e.step_fraction(model, ws0, z0, ws1, p))
-        return out
+        limiting = [(e, z0, p) for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"])
+                    if e.limits_steps]
+
+        def check(o):
+            x0, x1, params = o
+            model = params["model"]
+            # both ends' poses in one batched pass (the kinematics compiled once, not twice)
+            rot, pos = jax.vmap(lambda x: body_poses(model, self.split(x)[0]))(jnp.stack([x0, x1]))
+            ws0, ws1 = (Kinematics(rot[k], pos[k], None, None) for k in (0, 1))
+            out = jnp.asarray(jnp.inf, x0.dtype)
+            for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"]):
+                if e.limits_steps:
+                    out = jnp.minimum(out, e.step_fraction(model, ws0, z0, ws1, p))
+            return out
+
+        may = functools.reduce(jnp.logical_or, [jnp.asarray(e.limits_steps_at(z0, p)) for e, z0, p in limiting],
+                               jnp.asarray(False))
+        # (a contact element's check skipped, poses and all, while it has no armed pair)
+        return cond_any(may, check, lambda o: jnp.asarray(jnp.inf, o[0].dtype), (x0, x1, params))
 
     def _accelerations(self, t, x, params, ws, element_tau=None):
         model = params["model"]

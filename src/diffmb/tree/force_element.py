@@ -86,6 +86,12 @@ class ForceElement(eqx.Module):
         """Whether :meth:`step_fraction` bounds the steps of an adaptive solver."""
         return False
 
+    def limits_steps_at(self, z0, params):
+        """Whether :meth:`step_fraction` may limit a step from own states ``z0`` (a traced
+        bool; a system skips the step check, poses and all, while no element's does).
+        ``True`` by default."""
+        return jnp.asarray(True)
+
     def step_fraction(self, model, ws0, z0, ws1, params):
         """How much of a step from state ``ws0`` (own states ``z0``) to ``ws1`` (both poses
         only, no speeds) the element admits: at least 1

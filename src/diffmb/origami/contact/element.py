@@ -318,8 +318,18 @@ class PanelContact(ForceElement):
         touching = jnp.zeros((), bool)
         if self.pairs:
             P = self.vertices(ws, p)
-            bound = self._pair_bounds(P, p)
-            touching = jnp.any((self._armed(z, P.dtype) > 0) & (bound < p["thickness"] + p["dhat"]))
+            armed = self._armed(z, P.dtype)
+
+            # the broad phase only once a pair is armed: a stowed stack's layers lie in
+            # contact, unarmed, through the first second of a map fold's deployment
+            def near(o):
+                P, armed, p = o
+                bound = self._pair_bounds(P, p)
+                return bound, jnp.any((armed > 0) & (bound < p["thickness"] + p["dhat"]))
+
+            bound, touching = cond_any(jnp.any(armed > 0), near,
+                                       lambda o: (jnp.full(len(self.pairs), jnp.inf, o[0].dtype), jnp.zeros((), bool)),
+                                       (P, armed, p))
             active = active | touching
 
         # Both branches take what they use as operands (cond_any: a sweep's members pay for
@@ -364,6 +374,10 @@ class PanelContact(ForceElement):
     def limits_steps(self) -> bool:
         return self.forces and bool(self.pairs)
 
+    def limits_steps_at(self, z0, p):
+        """Only an armed pair limits a step (:meth:`step_fraction` is ``inf`` without one)."""
+        return jnp.any(self._armed(z0, z0.dtype) > 0) if self.pairs else jnp.asarray(False)
+
     def step_fraction(self, model, ws0, z0, ws1, p):
         """How much of a step from ``ws0`` to ``ws1`` the panels admit: each armed pair's
         distance to its barrier's reach, plus half the reach, over how far the step moves
@@ -407,8 +421,15 @@ class PanelContact(ForceElement):
         the broad phase's bound has a kink, and relaxing its error control let a save
         point's interpolation arm a stacked pair at gap 0 (``docs/benchmarks.md``)."""
         n, w = len(self.cut_creases), self._arming_words
-        apart = (self._pair_bounds(self.vertices(ws, p), p) >= p["thickness"] + p["dhat"]).astype(z.dtype)
-        return jnp.concatenate([z[:n], pack_flags(jnp.maximum(self._armed(z, z.dtype), apart)), z[n + w:]])
+        armed = self._armed(z, z.dtype)
+
+        def arm(o):   # (the broad phase only while a pair is left to arm: a deployed sheet's are all armed)
+            ws, armed, p = o
+            apart = (self._pair_bounds(self.vertices(ws, p), p) >= p["thickness"] + p["dhat"]).astype(armed.dtype)
+            return jnp.maximum(armed, apart)
+
+        armed = cond_any(jnp.any(armed == 0), arm, lambda o: o[1], (ws, armed, p))
+        return jnp.concatenate([z[:n], pack_flags(armed), z[n + w:]])
 
     def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test over the pairs (:func:`.pairs.overlaps`)."""
