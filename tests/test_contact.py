@@ -800,3 +800,30 @@ def test_the_pairs_arming_flags_packed_into_states_read_back_exactly_in_float32_
             np.testing.assert_array_equal(np.asarray(unpack_flags(words, m)), flags)
     ones = pack_flags(jnp.ones(ARMING_BITS))
     assert float(ones[0]) == 2.0**ARMING_BITS - 1
+
+
+def test_the_step_control_averages_the_error_over_the_states_that_move():
+    """The arming flags and the energy budget have no rate, so the error norm leaves
+    them out: the norm of an error that is 0 on them is the RMS over the other states,
+    where diffrax's RMS over the whole state would be smaller by sqrt(moving / all)."""
+    import optimistix as optx
+
+    from diffmb.simulation.integrate import _MovingStatesNorm
+
+    sc = scenarios.get("map-fold")
+    system, params, _ = sc.make({"contact": 1.0, "rows": 4, "cols": 4})
+    e = system.elements[0]
+    x = diffmb.simulate(system, params=params, t1=1e-2, solver="rk4", dt=1e-3, saveat=2, diagnostics=False).xs[-1]
+    rate = np.asarray(system.vector_field(0.0, x, params))   # moving: the cut creases' rates are not 0
+    own = system.model.nq + system.model.nv
+    constant = own + np.asarray(e.constant_states)
+    assert len(constant) == -(-len(e.pairs) // ARMING_BITS) + 1
+    np.testing.assert_array_equal(rate[constant], 0.0)
+    assert len(e.cut_creases) and np.all(rate[own:own + len(e.cut_creases)] != 0.0)
+    n = len(system.state_names)
+    moving = np.setdiff1d(np.arange(n), constant)
+    err = np.zeros(n)
+    err[moving] = np.random.default_rng(1).normal(size=len(moving))
+    norm = _MovingStatesNorm(float(np.sqrt(n / len(moving))))
+    np.testing.assert_allclose(float(norm(jnp.asarray(err))), np.sqrt(np.mean(err[moving] ** 2)), rtol=1e-14)
+    assert float(optx.rms_norm(jnp.asarray(err))) < 0.97 * float(norm(jnp.asarray(err)))

@@ -60,6 +60,14 @@ class ForceElement(eqx.Module):
         """Names of the element's own states (``()``: none)."""
         return ()
 
+    @property
+    def constant_states(self) -> tuple:
+        """Indices of the own states whose rate is always zero (switched only at step
+        ends, or constant): they carry no integration error, so the step-size control's
+        error norm leaves them out instead of averaging zeros in (which loosens the
+        tolerance by the square root of the states' share). ``()`` by default."""
+        return ()
+
     def init_states(self, model, ws, params, energy):
         """The element's states at the initial state ``ws``; ``energy``: the structure's
         energy there (kinetic and potential, the elements' own excluded)."""

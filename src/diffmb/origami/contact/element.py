@@ -582,6 +582,14 @@ class PanelContact(ForceElement):
         return (tuple(f"crease_{c[2]}" for c in self.cut_creases)
                 + tuple(f"contact_arming_{k}" for k in range(self._arming_words)) + ("contact_budget",))
 
+    @property
+    def constant_states(self) -> tuple:
+        """The arming flags' states and the energy budget: no rate."""
+        if not self.forces:
+            return ()
+        n = len(self.cut_creases)
+        return tuple(range(n, n + self._arming_words + 1))
+
     def init_states(self, model, ws, p, energy):
         """The cut creases' angles on their branch, the pairs' arming flags (1: apart at
         the start, 0: in contact, as the layers of a stack; :func:`pack_flags`), and the energy budget of the
