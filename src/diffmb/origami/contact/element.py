@@ -413,6 +413,12 @@ class PanelContact(ForceElement):
     def switches_at_step_end(self) -> bool:
         return self.forces and bool(self.pairs)
 
+    def _apart(self, ws, p):
+        """Each pair out of the barrier's reach (its lower bound at least ``thickness +
+        dhat``): 1, else 0. Such a pair is armed, at the start and at a step's end."""
+        bound = self._pair_bounds(self.vertices(ws, p), p)
+        return (bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype)
+
     def at_step_end(self, model, ws, z, p):
         """A pair not yet armed is armed at the end of an accepted step that finds it out of
         the barrier's reach (its lower bound at least ``thickness + dhat`` apart), where its
@@ -425,8 +431,7 @@ class PanelContact(ForceElement):
 
         def arm(o):   # (the broad phase only while a pair is left to arm: a deployed sheet's are all armed)
             ws, armed, p = o
-            apart = (self._pair_bounds(self.vertices(ws, p), p) >= p["thickness"] + p["dhat"]).astype(armed.dtype)
-            return jnp.maximum(armed, apart)
+            return jnp.maximum(armed, self._apart(ws, p))
 
         armed = cond_any(jnp.any(armed == 0), arm, lambda o: o[1], (ws, armed, p))
         return jnp.concatenate([z[:n], pack_flags(armed), z[n + w:]])
@@ -603,8 +608,7 @@ class PanelContact(ForceElement):
         cut = jnp.where(jnp.abs(jnp.abs(cut) - jnp.pi) < 1e-6, jnp.sign(folds) * jnp.pi, cut)
         armed = jnp.zeros(0, ws.pos.dtype)
         if self.pairs:
-            bound = self._pair_bounds(self.vertices(ws, p), p)
-            armed = pack_flags((bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype))
+            armed = pack_flags(self._apart(ws, p))
         budget = energy if self.budget_from_start else p["energy"]
         budget = jnp.maximum(jnp.asarray(budget, ws.pos.dtype), MIN_BUDGET)
         return jnp.concatenate([cut, armed, budget[None]])
