@@ -100,6 +100,12 @@ def test_new_numbers_do_not_recompile_the_counted_loop():
     a = run()
     b = run(x0=x0 * 1.01, t1=0.01)
     assert a.status == b.status == "success" and not np.allclose(np.asarray(a.xs[-1]), np.asarray(b.xs[-1]))
+    # without diagnostics, as simulate: the same states, no diagnostics program run (a
+    # benchmark's time per step once counted them)
+    bare, _ = compile_simulation(system, t1=0.01, dt=1e-3, params=params, saveat=11, loop="scan", diagnostics=False)
+    c = bare()
+    assert a.diagnostics and not c.diagnostics and not c.violation
+    np.testing.assert_array_equal(np.asarray(c.xs), np.asarray(a.xs))
 
 
 def test_census_reads_loops_and_library_calls():

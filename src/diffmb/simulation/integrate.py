@@ -545,19 +545,21 @@ def compile_simulation(system: System, **kwargs):
     programs, whose XLA compiles run on a second worker: XLA releases the GIL, so on two
     cores they overlap (fold-4panel: 4.6 -> 3.9 s with the solve alone on a worker; its
     RK4 run 2.3-2.7 -> 2.1-2.3 s with the diagnostics' compiles on a worker too; a second
-    worker each, three compiles at once, slowed a large solve). The diagnostics are the
+    worker each, three compiles at once, slowed a large solve). ``diagnostics=False``: no
+    diagnostics programs, compiled or run (as :func:`simulate`). The diagnostics are the
     blocked programs of an eager run (:func:`_diagnose_in_blocks`), whose shapes do not
     depend on the run's length: a run of the same structure with any save-point count,
     compiled ahead or not, shares them.
     """
     args = simulate(system, _compile_only=True, **kwargs)
+    diagnosed = kwargs.get("diagnostics", True)
     start = time.perf_counter()
     lowered = _solve.lower(*args)
     pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="diffmb-compile")
     try:
         solve_compiled = pool.submit(lowered.compile)
         diagnosing = [pool.submit(low.compile) for low in _lower_diagnostics(system, args.params, args.x0,
-                                                                              args.run.form)]
+                                                                              args.run.form)] if diagnosed else []
         compiled = solve_compiled.result()
         diagnose = tuple(f.result() for f in diagnosing)
     finally:
@@ -568,7 +570,8 @@ def compile_simulation(system: System, **kwargs):
         new = simulate(system, _compile_only=True, **{**kwargs, **changes}) if changes else args
         if new.run != args.run or jax.tree.structure(new[1:]) != jax.tree.structure(args[1:]):
             raise ValueError(f"compile_simulation: {sorted(changes)} change the compiled structure")
-        return _with_diagnostics(compiled(*new), system, new.params, new.x0, diagnose, args.run.form)
+        tr = compiled(*new)
+        return _with_diagnostics(tr, system, new.params, new.x0, diagnose, args.run.form) if diagnosed else tr
 
     return run, seconds
 
