@@ -67,24 +67,39 @@ from .rule import (
 #: pair made the 20x20 map fold's state 79,490 long against 810 for its mechanics, and
 #: every stage of a step moved it (``docs/benchmarks.md``).
 ARMING_BITS = 23
-_BIT_VALUES = np.exp2(np.arange(ARMING_BITS))
+_SHIFTS = np.arange(ARMING_BITS, dtype=np.int32)
+_BIT_VALUES = np.exp2(_SHIFTS)
+
+
+def _bits(flags):
+    """0/1 (or boolean) ``flags (m,)`` as ``ceil(m / ARMING_BITS)`` int32 words (summed
+    as floats, exact below 2^24: an integer sum of shifted bits took five times as long
+    on a CPU: the 10x10 map fold's 4,608 pairs, 20 us against 4)."""
+    m = flags.shape[0]
+    w = -(-m // ARMING_BITS)
+    b = jnp.pad(flags.astype(jnp.float32), (0, w * ARMING_BITS - m)).reshape(w, ARMING_BITS)
+    return jnp.sum(b * jnp.asarray(_BIT_VALUES, jnp.float32)[None, :], -1).astype(jnp.int32)
+
+
+def _full_words(m: int) -> np.ndarray:
+    """The words of ``m`` flags all set."""
+    w = -(-m // ARMING_BITS)
+    full = np.full(w, (1 << ARMING_BITS) - 1, np.int32)
+    full[-1] = (1 << (m - ARMING_BITS * (w - 1))) - 1
+    return full
 
 
 def pack_flags(flags):
-    """0/1 ``flags (m,)`` as ``ceil(m / ARMING_BITS)`` integers, flag ``i`` the bit
-    ``i % ARMING_BITS`` of number ``i // ARMING_BITS`` (exact: integers below 2^23). A
-    discrete state: no derivative passes."""
-    flags = jax.lax.stop_gradient(flags)
-    w = -(-flags.shape[0] // ARMING_BITS)
-    padded = jnp.pad(flags, (0, w * ARMING_BITS - flags.shape[0]))
-    return padded.reshape(w, ARMING_BITS) @ jnp.asarray(_BIT_VALUES, flags.dtype)
+    """0/1 ``flags (m,)`` as ``ceil(m / ARMING_BITS)`` integers (in ``flags``' dtype), flag
+    ``i`` the bit ``i % ARMING_BITS`` of number ``i // ARMING_BITS`` (exact: integers below
+    2^23). A discrete state: no derivative passes."""
+    return _bits(jax.lax.stop_gradient(flags)).astype(flags.dtype)
 
 
 def unpack_flags(words, m: int):
     """The ``m`` 0/1 flags :func:`pack_flags` packed into ``words``."""
-    words = jax.lax.stop_gradient(words)
-    high = jnp.floor(words[:, None] / jnp.asarray(_BIT_VALUES, words.dtype)[None, :])
-    return (high - 2.0 * jnp.floor(high / 2.0)).reshape(-1)[:m]
+    bits = jax.lax.stop_gradient(words).astype(jnp.int32)
+    return ((bits[:, None] >> _SHIFTS[None, :]) & 1).reshape(-1)[:m].astype(words.dtype)
 
 
 #: The detector's pairs per save point: all of them up to this many, else the nearest.
@@ -244,6 +259,15 @@ class PanelContact(ForceElement):
         n = len(self.cut_creases)
         return unpack_flags(z[n:n + self._arming_words], len(self.pairs)).astype(dtype)
 
+    def _words(self, z):
+        """The arming states as int32 words (:func:`pack_flags`): tested and updated by
+        bitwise operations, without unpacking a flag per pair at every stage."""
+        n = len(self.cut_creases)
+        return jax.lax.stop_gradient(z[n:n + self._arming_words]).astype(jnp.int32)
+
+    def _any_armed(self, z):
+        return jnp.any(self._words(z) > 0)
+
     def armed_pairs(self, z):
         """Each pair's arming flag (0 or 1) in the element's states ``z``, contact on."""
         return self._armed(z, z.dtype)
@@ -318,18 +342,18 @@ class PanelContact(ForceElement):
         touching = jnp.zeros((), bool)
         if self.pairs:
             P = self.vertices(ws, p)
-            armed = self._armed(z, P.dtype)
+            words = self._words(z)
 
             # the broad phase only once a pair is armed: a stowed stack's layers lie in
             # contact, unarmed, through the first second of a map fold's deployment
             def near(o):
-                P, armed, p = o
+                P, words, p = o
                 bound = self._pair_bounds(P, p)
-                return bound, jnp.any((armed > 0) & (bound < p["thickness"] + p["dhat"]))
+                return bound, jnp.any((words & _bits(bound < p["thickness"] + p["dhat"])) != 0)
 
-            bound, touching = cond_any(jnp.any(armed > 0), near,
+            bound, touching = cond_any(jnp.any(words > 0), near,
                                        lambda o: (jnp.full(len(self.pairs), jnp.inf, o[0].dtype), jnp.zeros((), bool)),
-                                       (P, armed, p))
+                                       (P, words, p))
             active = active | touching
 
         # Both branches take what they use as operands (cond_any: a sweep's members pay for
@@ -376,7 +400,7 @@ class PanelContact(ForceElement):
 
     def limits_steps_at(self, z0, p):
         """Only an armed pair limits a step (:meth:`step_fraction` is ``inf`` without one)."""
-        return jnp.any(self._armed(z0, z0.dtype) > 0) if self.pairs else jnp.asarray(False)
+        return self._any_armed(z0) if self.pairs else jnp.asarray(False)
 
     def step_fraction(self, model, ws0, z0, ws1, p):
         """How much of a step from ``ws0`` to ``ws1`` the panels admit: each armed pair's
@@ -415,9 +439,9 @@ class PanelContact(ForceElement):
 
     def _apart(self, ws, p):
         """Each pair out of the barrier's reach (its lower bound at least ``thickness +
-        dhat``): 1, else 0. Such a pair is armed, at the start and at a step's end."""
+        dhat``): True. Such a pair is armed, at the start and at a step's end."""
         bound = self._pair_bounds(self.vertices(ws, p), p)
-        return (bound >= p["thickness"] + p["dhat"]).astype(ws.pos.dtype)
+        return bound >= p["thickness"] + p["dhat"]
 
     def at_step_end(self, model, ws, z, p):
         """A pair not yet armed is armed at the end of an accepted step that finds it out of
@@ -427,14 +451,14 @@ class PanelContact(ForceElement):
         the broad phase's bound has a kink, and relaxing its error control let a save
         point's interpolation arm a stacked pair at gap 0 (``docs/benchmarks.md``)."""
         n, w = len(self.cut_creases), self._arming_words
-        armed = self._armed(z, z.dtype)
+        words = self._words(z)
 
         def arm(o):   # (the broad phase only while a pair is left to arm: a deployed sheet's are all armed)
-            ws, armed, p = o
-            return jnp.maximum(armed, self._apart(ws, p))
+            ws, words, p = o
+            return words | _bits(self._apart(ws, p))
 
-        armed = cond_any(jnp.any(armed == 0), arm, lambda o: o[1], (ws, armed, p))
-        return jnp.concatenate([z[:n], pack_flags(armed), z[n + w:]])
+        words = cond_any(jnp.any(words != _full_words(len(self.pairs))), arm, lambda o: o[1], (ws, words, p))
+        return jnp.concatenate([z[:n], words.astype(z.dtype), z[n + w:]])
 
     def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test over the pairs (:func:`.pairs.overlaps`)."""
@@ -608,7 +632,7 @@ class PanelContact(ForceElement):
         cut = jnp.where(jnp.abs(jnp.abs(cut) - jnp.pi) < 1e-6, jnp.sign(folds) * jnp.pi, cut)
         armed = jnp.zeros(0, ws.pos.dtype)
         if self.pairs:
-            armed = pack_flags(self._apart(ws, p))
+            armed = _bits(self._apart(ws, p)).astype(ws.pos.dtype)
         budget = energy if self.budget_from_start else p["energy"]
         budget = jnp.maximum(jnp.asarray(budget, ws.pos.dtype), MIN_BUDGET)
         return jnp.concatenate([cut, armed, budget[None]])
