@@ -360,7 +360,7 @@ def test_a_worker_without_the_program_takes_the_published_one(case, client):
     _, _, dyn_c, x0_c, token, job = _first_chunk(case)
     a, b = sorted(client.scheduler_info()["workers"])
     run = lambda on, want: client.submit(distributed._run_task, token, job, distributed._dtype(), dyn_c, x0_c,
-                                         want, workers=[on], pure=False).result()
+                                         want, workers=[on], pure=False).result(timeout=120)
     first = run(a, True)
     assert first[5] is not None
     client.publish_dataset(client.scatter(first[5], broadcast=True, hash=False),

@@ -151,16 +151,27 @@ def _program_name(token) -> str:
     return f"diffmb-chunk-program-{token}"
 
 
+#: How long a worker waits for a published program's bytes before tracing its own.
+SHIPPED_WAIT_S = 30.0
+
+
 def _shipped(token) -> bytes | None:
     """Run on a worker: the exported program of the sweep ``token`` when the driver has
-    published one (another worker's), else None."""
+    published one (another worker's), else None. A fetch that has not come back within
+    :data:`SHIPPED_WAIT_S` counts as none: the worker traces the program itself (a
+    gather from inside a task once hung a test worker for 10 minutes)."""
     from distributed import get_client
 
     try:
         found = get_client().get_dataset(_program_name(token), default=None)
     except ValueError:  # not on a worker
         return None
-    return None if found is None else found.result()
+    if found is None:
+        return None
+    try:
+        return found.result(timeout=SHIPPED_WAIT_S)
+    except TimeoutError:
+        return None
 
 
 #: a chunk out for longer than this many times the median chunk (plus :data:`SLACK_S`)
