@@ -265,9 +265,6 @@ class PanelContact(ForceElement):
         n = len(self.cut_creases)
         return jax.lax.stop_gradient(z[n:n + self._arming_words]).astype(jnp.int32)
 
-    def _any_armed(self, z):
-        return jnp.any(self._words(z) > 0)
-
     def armed_pairs(self, z):
         """Each pair's arming flag (0 or 1) in the element's states ``z``, contact on."""
         return self._armed(z, z.dtype)
@@ -400,7 +397,7 @@ class PanelContact(ForceElement):
 
     def limits_steps_at(self, z0, p):
         """Only an armed pair limits a step (:meth:`step_fraction` is ``inf`` without one)."""
-        return self._any_armed(z0) if self.pairs else jnp.asarray(False)
+        return jnp.any(self._words(z0) > 0) if self.pairs else jnp.asarray(False)
 
     def step_fraction(self, model, ws0, z0, ws1, p):
         """How much of a step from ``ws0`` to ``ws1`` the panels admit: each armed pair's
