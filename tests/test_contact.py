@@ -827,3 +827,65 @@ def test_the_step_control_averages_the_error_over_the_states_that_move():
     norm = _MovingStatesNorm(float(np.sqrt(n / len(moving))))
     np.testing.assert_allclose(float(norm(jnp.asarray(err))), np.sqrt(np.mean(err[moving] ** 2)), rtol=1e-14)
     assert float(optx.rms_norm(jnp.asarray(err))) < 0.97 * float(norm(jnp.asarray(err)))
+
+
+def _two_layers(gap, capacity=16):
+    """Two layers of 3x3 free 0.2 m squares (0.3 m apart in a layer), ``gap`` apart: 153
+    pairs, more than the ``capacity`` the forces take."""
+    b = diffmb.ModelBuilder(gravity=(0.0, 0.0, 0.0))
+    names = [f"{layer}{k}" for layer in "ab" for k in range(9)]
+    for n in names:
+        b.add_body(n, "world", "free", mass=1.0, inertia=_inertia(1.0, 0.2))
+    model = b.build()
+    q0 = np.zeros(model.nq)
+    for n in names:
+        s = model.body_slices[model.body_index(n)][0]
+        k = int(n[1:])
+        q0[s + 3:s + 6] = 0.3 * (k % 3), 0.3 * (k // 3), gap if n[0] == "b" else 0.0
+    element = free_panels(model, {n: _square(0.1) for n in names}, ContactOptions(capacity=capacity), 1.0)
+    return diffmb.TreeSystem(model, q0, np.zeros(model.nv), elements=(element,)), element
+
+
+def test_a_steps_plan_bounds_every_pairs_distance_and_leaves_the_forces_unchanged():
+    """A step's stages read the distance bounds its start made (``step_end``'s plan), less
+    each panel's largest vertex displacement since. The upper layer starts 1.5 reaches
+    above the lower, all pairs armed; at stages that bring it, tilted, within reach or not
+    quite, the planned bounds are below every pair's exact distance, and the generalized
+    force is the one the stage's own broad phase gives, bit for bit (153 pairs, 16
+    candidates: the nearest by either bound are the same). A stage that moved too little
+    to reach the barrier skips the narrow phase."""
+    from diffmb.origami.contact import pairs as pr
+    from diffmb.tree.kinematics import kinematics
+
+    dhat = float(_two_layers(1.0)[1].numbers["dhat"])
+    system, e = _two_layers(1.5 * dhat)
+    params = system.default_params()
+    p, model = params["elements"][0], params["model"]
+    assert float(p["thickness"]) == 0.0 and float(p["dhat"]) == dhat
+    x0 = system.init_state(params)
+    z = system.element_states(x0)[0]
+    assert np.all(np.asarray(e.armed_pairs(z)) == 1.0)                      # all apart at the start
+    q0, _ = system.split(x0)
+    plan = e.step_end(model, kinematics(model, q0), z, p)[1]
+    rng = np.random.default_rng(3)
+    m = e._mask()
+    I, J = e._pair_index()
+    for drop, touches in ((1.0, True), (1.4, True), (0.3, False)):
+        q = np.asarray(q0).copy()
+        for k in range(9, 18):                                              # the upper layer drops, tilted
+            s = model.body_slices[k][0]
+            q[s + 5] -= drop * dhat
+            q[s:s + 3] = 2e-5 * rng.uniform(-1, 1, 3)
+            q[s + 3:s + 5] += 1e-5 * rng.uniform(-1, 1, 2)
+        ws = kinematics(model, jnp.asarray(q), jnp.zeros(model.nv))
+        P = e.vertices(ws, p)
+        planned = np.asarray(e._moved_bounds(P, plan))
+        exact = np.asarray(jnp.min(jax.vmap(pr.pair_distances)(P[I], m[I], P[J], m[J])[0], -1))
+        assert np.all(planned <= exact + 1e-15)
+        assert np.any(planned < dhat) == touches
+        f_own = e.evaluate(model, ws, z, p)[0]
+        f_planned = e.evaluate(model, ws, z, {**p, "step_plan": plan})[0]
+        assert np.array_equal(np.asarray(f_own), np.asarray(f_planned))
+        assert (np.max(np.abs(np.asarray(f_own))) > 0) == touches
+        far = {**plan, "bound": jnp.full_like(plan["bound"], jnp.inf)}   # the stages go by the plan
+        assert not np.any(np.asarray(e.evaluate(model, ws, z, {**p, "step_plan": far})[0]))

@@ -154,6 +154,28 @@ class System(eqx.Module):
         """Whether :meth:`step_fraction` bounds an adaptive solver's steps (False by default)."""
         return False
 
+    @property
+    def plans_steps(self) -> bool:
+        """Whether a step's stages read a plan made at its start (:meth:`step_plan`):
+        False by default."""
+        return False
+
+    def step_plan(self, params):
+        """What every stage of the first step reads (:meth:`planned` parameters; ``None``
+        by default): a plan not made yet, which the stages then compute for themselves.
+        Each step's end makes the next step's (:meth:`project_and_plan`): what does not
+        change within a step is computed once a step instead of once a stage (contact:
+        the panels' distance bounds)."""
+        return None
+
+    def planned(self, params, plan):
+        """``params`` carrying ``plan`` (:meth:`step_plan`) to a step's stages."""
+        return params
+
+    def project_and_plan(self, x, params):
+        """:meth:`project` at a step's end, and the next step's plan there."""
+        return self.project(x, params), self.step_plan(params)
+
     def step_fraction(self, x0, x1, params):
         """How much of an adaptive solver's step from ``x0`` to its candidate ``x1`` may be
         taken: at least 1, all of it; below 1, the step is rejected and retried at that
@@ -406,6 +428,27 @@ class TreeSystem(System):
         # (a contact element's check skipped, poses and all, while it has no armed pair)
         return cond_any(may, check, lambda o: jnp.asarray(jnp.inf, o[0].dtype), (x0, x1, params))
 
+    @property
+    def plans_steps(self) -> bool:
+        return any(e.plans_steps for e in self.elements)
+
+    def step_plan(self, params):
+        """Each element's plan not made yet (:meth:`~diffmb.tree.force_element.ForceElement.blank_plan`),
+        ``None`` for an element that makes none."""
+        if not self.plans_steps:
+            return None
+        dtype = params["q0"].dtype
+        return tuple(e.blank_plan(dtype) if e.plans_steps else None for e in self.elements)
+
+    def planned(self, params, plan):
+        if plan is None:
+            return params
+        elements = [p if k is None else {**p, "step_plan": k} for p, k in zip(params["elements"], plan)]
+        return {**params, "elements": elements}
+
+    def project_and_plan(self, x, params):
+        return self._project(x, params, self.projection_iterations, plan=True)
+
     def _accelerations(self, t, x, params, ws, element_tau=None):
         model = params["model"]
         q, qd = self.split(x)
@@ -463,10 +506,13 @@ class TreeSystem(System):
         ``projection_iterations`` (3)."""
         return self._project(x, params, min(2, self.projection_iterations), step_end=False)
 
-    def _project(self, x, params, iterations, step_end=True):
+    def _project(self, x, params, iterations, step_end=True, plan=False):
+        """The projection; at a step's end, the elements' switches (and with ``plan``,
+        ``(x, the next step's plan)``)."""
         model = params["model"]
         q, qd = self.split(x)
-        switching = step_end and any(e.switches_at_step_end for e in self.elements)
+        plan = plan and self.plans_steps
+        switching = step_end and (plan or any(e.switches_at_step_end for e in self.elements))
         ws = None
         if self.stabilization == "projection":
             # the elements' own states pass unchanged (contact's cut-crease angles: only
@@ -475,12 +521,15 @@ class TreeSystem(System):
                                             keep_momentum=model.floating_base, with_kinematics=switching)
             ws = rest[0] if rest else None
             x = jnp.concatenate([q, qd, x[q.shape[0] + qd.shape[0]:]])
+        plans = None
         if switching:
             ws = kinematics(model, q) if ws is None else ws
-            zs = [e.at_step_end(model, ws, z, p) if e.switches_at_step_end else z
-                  for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
-            x = jnp.concatenate([x[:model.nq + model.nv], *zs])
-        return sp.mrp_switch_at(x, jt.mrp_starts(self.model))
+            ends = [e.step_end(model, ws, z, p) if (e.switches_at_step_end or (plan and e.plans_steps)) else (z, None)
+                    for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
+            x = jnp.concatenate([x[:model.nq + model.nv], *(z for z, _ in ends)])
+            plans = tuple(k if e.plans_steps else None for e, (_, k) in zip(self.elements, ends))
+        x = sp.mrp_switch_at(x, jt.mrp_starts(self.model))
+        return (x, plans) if plan else x
 
     @property
     def has_projection(self) -> bool:

@@ -97,10 +97,14 @@ def step_grid(t0, t1, dt0, max_steps: int):
     return jnp.where(k < n, t0 + (t1 - t0) * (k / n), t1)
 
 
-def solve(run, system, params, x0, t0, t1, dt0, ts, max_violation, *, steps_per_save, solver_cls, project):
+def solve(run, system, params, x0, t0, t1, dt0, ts, max_violation, *, steps_per_save, solver_cls, project,
+          project_and_plan):
     """The :class:`~diffmb.simulation.trajectory.Trajectory` (states at the save points
     ``ts``) of a fixed-step run in counted loops (module docstring); ``project(system, y,
-    params)``: the projection after every step."""
+    params)``: the projection after every step; with a system that plans its steps
+    (:meth:`~diffmb.system.System.step_plan`), ``project_and_plan`` projects and makes
+    the next step's plan at each step's end (a save interval's first step has none: the
+    plan is carried within an interval only)."""
     n_save = ts.shape[0] - 1
     n_steps = n_save * steps_per_save
     grid = step_grid(t0, t1, dt0, n_steps)[: n_steps + 1]
@@ -108,17 +112,21 @@ def solve(run, system, params, x0, t0, t1, dt0, ts, max_violation, *, steps_per_
     ends = grid[1:].reshape(n_save, steps_per_save)
     a, b, c = _tableau(solver_cls)
     vf = system.vector_field
+    planning = system.has_projection and system.plans_steps
 
     @jax.checkpoint
-    def step(y, t):
+    def step(carry, t):
         ta, tb = t
-        y1 = rk_step(vf, a, b, c, ta, tb - ta, y, params)
-        return (project(system, y1, params) if system.has_projection else y1), None
+        y, plan = carry
+        y1 = rk_step(vf, a, b, c, ta, tb - ta, y, system.planned(params, plan))
+        if planning:
+            return project_and_plan(system, y1, params), None
+        return ((project(system, y1, params) if system.has_projection else y1), None), None
 
     @jax.checkpoint
     def interval(y, t):
         with jax.named_scope(STEP_SCOPE):
-            y, _ = jax.lax.scan(step, y, t)
+            (y, _), _ = jax.lax.scan(step, (y, system.step_plan(params) if planning else None), t)
         return y
 
     def bad(y):

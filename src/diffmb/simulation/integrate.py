@@ -115,6 +115,11 @@ def _project(system, x, params):
 
 
 @spatial.jit_per_form
+def _project_and_plan(system, x, params):
+    return system.project_and_plan(x, params)
+
+
+@spatial.jit_per_form
 def _project_interpolated(system, x, params):
     return system.project_interpolated(x, params)
 
@@ -193,6 +198,10 @@ class ProjectedSolver(StepOnceSolver):
 
         return make
 
+    def init(self, terms, t0, t1, y0, args):
+        state = self.solver.init(terms, t0, t1, y0, args)
+        return (state, self.system.step_plan(args)) if self.system.plans_steps else state
+
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         return _projected_step(self.solver, self.system, terms, t0, t1, y0, args, solver_state)
 
@@ -204,9 +213,17 @@ def _step(solver, terms, t0, t1, y0, args, solver_state, made_jump):
 
 @spatial.jit_per_form
 def _projected_step(solver, system, terms, t0, t1, y0, args, solver_state):
-    y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, True)
-    y1p = _project(system, y1, args)
-    return y1p, err, dict(dense, projected=y1p), state, result
+    """A step, its end projected; with a plan (:meth:`~diffmb.system.System.step_plan`), the
+    stages read the one the solver state carries, made at the step's start, and the
+    step's end makes the next (a rejected step's is dropped with its state)."""
+    if not system.plans_steps:
+        y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, True)
+        y1p = _project(system, y1, args)
+        return y1p, err, dict(dense, projected=y1p), state, result
+    state, plan = solver_state
+    y1, err, dense, state, result = solver.step(terms, t0, t1, y0, system.planned(args, plan), state, True)
+    y1p, plan = _project_and_plan(system, y1, args)
+    return y1p, err, dict(dense, projected=y1p), (state, plan), result
 
 
 class _GridSteps(dfx.AbstractStepSizeController):
@@ -621,7 +638,7 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
     if run.steps_per_save:
         return fixed_steps.solve(run, system, params, x0, t0, t1, dt0, ts, max_violation,
                                  steps_per_save=run.steps_per_save, solver_cls=FIXED_SOLVERS[run.solver],
-                                 project=_project)
+                                 project=_project, project_and_plan=_project_and_plan)
     solver = _solver(run, system)
     controller, ts = _step_control(run, system, params, t0, t1, dt0, ts)
     event = _event(run, system, max_violation)

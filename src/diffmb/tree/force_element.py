@@ -90,6 +90,25 @@ class ForceElement(eqx.Module):
         return z
 
     @property
+    def plans_steps(self) -> bool:
+        """Whether the element's stages read a plan made once a step (:meth:`step_end`)."""
+        return False
+
+    def step_end(self, model, ws, z, params):
+        """``(own states after an accepted step, the next step's plan)`` at the step end's
+        kinematics ``ws`` (positions only): :meth:`at_step_end`, and with
+        :attr:`plans_steps` a pytree that every stage of the next step finds in its
+        parameters as ``"step_plan"`` (where a solver makes one; elsewhere it is absent),
+        so that what does not change within a step is computed once (contact: the
+        panels' distance bounds). The first step's stages read :meth:`blank_plan`."""
+        return self.at_step_end(model, ws, z, params), None
+
+    def blank_plan(self, dtype):
+        """The first step's plan: :meth:`step_end`'s structure, saying it is not made (the
+        first step's stages compute what they need)."""
+        return None
+
+    @property
     def limits_steps(self) -> bool:
         """Whether :meth:`step_fraction` bounds the steps of an adaptive solver."""
         return False

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...math import barrier as br, spatial as sp
+from ...math import barrier as br, geometry as geo, spatial as sp
 from ...math.batch_cond import cond_any
 from ...tree import rnea
 from ...tree.force_element import ForceElement
@@ -79,14 +79,6 @@ def _bits(flags):
     w = -(-m // ARMING_BITS)
     b = jnp.pad(flags.astype(jnp.float32), (0, w * ARMING_BITS - m)).reshape(w, ARMING_BITS)
     return jnp.sum(b * jnp.asarray(_BIT_VALUES, jnp.float32)[None, :], -1).astype(jnp.int32)
-
-
-def _full_words(m: int) -> np.ndarray:
-    """The words of ``m`` flags all set."""
-    w = -(-m // ARMING_BITS)
-    full = np.full(w, (1 << ARMING_BITS) - 1, np.int32)
-    full[-1] = (1 << (m - ARMING_BITS * (w - 1))) - 1
-    return full
 
 
 def pack_flags(flags):
@@ -345,7 +337,7 @@ class PanelContact(ForceElement):
             # contact, unarmed, through the first second of a map fold's deployment
             def near(o):
                 P, words, p = o
-                bound = self._pair_bounds(P, p)
+                bound = self._stage_bounds(P, p)
                 return bound, jnp.any((words & _bits(bound < p["thickness"] + p["dhat"])) != 0)
 
             bound, touching = cond_any(jnp.any(words > 0), near,
@@ -440,22 +432,55 @@ class PanelContact(ForceElement):
         bound = self._pair_bounds(self.vertices(ws, p), p)
         return bound >= p["thickness"] + p["dhat"]
 
-    def at_step_end(self, model, ws, z, p):
+    @property
+    def plans_steps(self) -> bool:
+        return self.forces and bool(self.pairs)
+
+    def _moved_bounds(self, P, plan):
+        """Every pair's distance bound at vertices ``P``, from the step's plan (its start's
+        vertices and bounds, :meth:`step_end`): the start's bound less the largest
+        displacement of a vertex of each panel (a rigid panel's points move no farther
+        than its farthest vertex, so a distance shrinks by no more than the two panels'
+        largest vertex displacements). Within a step, where panels move little against
+        the barrier's reach, nearly as sharp as the bound formed there, for a subtraction
+        and a gather per pair instead of the bound's tables at every stage."""
+        moved2 = jnp.max(jnp.sum((jax.lax.stop_gradient(P) - plan["vertices"]) ** 2, -1), -1)
+        moved = jnp.sqrt(jnp.maximum(moved2, geo.TINY))
+        I, J = self._pair_index()
+        return plan["bound"] - moved[I] - moved[J]
+
+    def _stage_bounds(self, P, p):
+        """The pairs' distance bounds at a stage: from the step's plan where one was made
+        (:meth:`_moved_bounds`), else their own (:meth:`_pair_bounds`)."""
+        plan = p.get("step_plan")
+        if plan is None:
+            return self._pair_bounds(P, p)
+        return cond_any(plan["made"], lambda o: self._moved_bounds(o[0], o[2]), lambda o: self._pair_bounds(o[0], o[1]),
+                        (P, p, plan))
+
+    def blank_plan(self, dtype):
+        k = len(self.valid[0])
+        return {"vertices": jnp.zeros((len(self.panel_names), k, 3), dtype),
+                "bound": jnp.zeros(len(self.pairs), dtype), "made": jnp.asarray(False)}
+
+    def step_end(self, model, ws, z, p):
         """A pair not yet armed is armed at the end of an accepted step that finds it out of
         the barrier's reach (its lower bound at least ``thickness + dhat`` apart), where its
         barrier is zero: arming adds no energy. A jump, not a rate: an arming state that
         grew (at 1e3 /s while the pair was out of reach) held Dopri5 to short steps where
         the broad phase's bound has a kink, and relaxing its error control let a save
-        point's interpolation arm a stacked pair at gap 0 (``docs/benchmarks.md``)."""
+        point's interpolation arm a stacked pair at gap 0 (``docs/benchmarks.md``). The
+        same bounds, with the vertices, are the next step's plan (:meth:`_moved_bounds`):
+        one broad phase a step, not one a stage."""
         n, w = len(self.cut_creases), self._arming_words
-        words = self._words(z)
+        P = jax.lax.stop_gradient(self.vertices(ws, p))
+        bound = jax.lax.stop_gradient(self._pair_bounds(P, p))
+        words = self._words(z) | _bits(bound >= p["thickness"] + p["dhat"])
+        plan = {"vertices": P, "bound": bound, "made": jnp.asarray(True)}
+        return jnp.concatenate([z[:n], words.astype(z.dtype), z[n + w:]]), plan
 
-        def arm(o):   # (the broad phase only while a pair is left to arm: a deployed sheet's are all armed)
-            ws, words, p = o
-            return words | _bits(self._apart(ws, p))
-
-        words = cond_any(jnp.any(words != _full_words(len(self.pairs))), arm, lambda o: o[1], (ws, words, p))
-        return jnp.concatenate([z[:n], words.astype(z.dtype), z[n + w:]])
+    def at_step_end(self, model, ws, z, p):
+        return self.step_end(model, ws, z, p)[0]
 
     def _overlaps(self, P, p, bound=None, capacity: int = DETECT_CAPACITY):
         """The detector's exact test over the pairs (:func:`.pairs.overlaps`)."""
