@@ -649,7 +649,9 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         t1,
         dt0,
         x0,
-        params,
+        # (a first plan, not made, where the system plans its steps: diffrax's check of the
+        # term then traces the vector field as the steps call it, and the steps reuse it)
+        system.planned(params, system.step_plan(params)),
         saveat=dfx.SaveAt(ts=ts, t1=True),
         stepsize_controller=controller,
         adjoint=_adjoint(run.adjoint),
