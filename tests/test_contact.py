@@ -867,9 +867,19 @@ def test_a_steps_plan_bounds_every_pairs_distance_and_leaves_the_forces_unchange
     assert np.all(np.asarray(e.armed_pairs(z)) == 1.0)                      # all apart at the start
     q0, _ = system.split(x0)
     plan = e.step_end(model, kinematics(model, q0), z, p)[1]
-    rng = np.random.default_rng(3)
     m = e._mask()
     I, J = e._pair_index()
+    far = {**plan, "bound": jnp.full_like(plan["bound"], jnp.inf)}
+
+    @jax.jit
+    def stage(q, plan, far):
+        ws = kinematics(model, q, jnp.zeros(model.nv))
+        P = e.vertices(ws, p)
+        exact = jnp.min(jax.vmap(pr.pair_distances)(P[I], m[I], P[J], m[J])[0], -1)
+        forces = [e.evaluate(model, ws, z, k)[0] for k in (p, {**p, "step_plan": plan}, {**p, "step_plan": far})]
+        return e._moved_bounds(P, plan), exact, forces
+
+    rng = np.random.default_rng(3)
     for drop, touches in ((1.0, True), (1.4, True), (0.3, False)):
         q = np.asarray(q0).copy()
         for k in range(9, 18):                                              # the upper layer drops, tilted
@@ -877,18 +887,12 @@ def test_a_steps_plan_bounds_every_pairs_distance_and_leaves_the_forces_unchange
             q[s + 5] -= drop * dhat
             q[s:s + 3] = 2e-5 * rng.uniform(-1, 1, 3)
             q[s + 3:s + 5] += 1e-5 * rng.uniform(-1, 1, 2)
-        ws = kinematics(model, jnp.asarray(q), jnp.zeros(model.nv))
-        P = e.vertices(ws, p)
-        planned = np.asarray(e._moved_bounds(P, plan))
-        exact = np.asarray(jnp.min(jax.vmap(pr.pair_distances)(P[I], m[I], P[J], m[J])[0], -1))
+        planned, exact, (f_own, f_planned, f_far) = jax.device_get(stage(jnp.asarray(q), plan, far))
         assert np.all(planned <= exact + 1e-15)
         assert np.any(planned < dhat) == touches
-        f_own = e.evaluate(model, ws, z, p)[0]
-        f_planned = e.evaluate(model, ws, z, {**p, "step_plan": plan})[0]
-        assert np.array_equal(np.asarray(f_own), np.asarray(f_planned))
-        assert (np.max(np.abs(np.asarray(f_own))) > 0) == touches
-        far = {**plan, "bound": jnp.full_like(plan["bound"], jnp.inf)}   # the stages go by the plan
-        assert not np.any(np.asarray(e.evaluate(model, ws, z, {**p, "step_plan": far})[0]))
+        assert np.array_equal(f_own, f_planned)
+        assert (np.max(np.abs(f_own)) > 0) == touches
+        assert not np.any(f_far)                                            # the stages go by the plan
 
 
 def test_a_planned_solve_traces_its_vector_field_once(monkeypatch):
