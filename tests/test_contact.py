@@ -853,7 +853,8 @@ def test_a_steps_plan_bounds_every_pairs_distance_and_leaves_the_forces_unchange
     quite, the planned bounds are below every pair's exact distance, and the generalized
     force is the one the stage's own broad phase gives, bit for bit (153 pairs, 16
     candidates: the nearest by either bound are the same). A stage that moved too little
-    to reach the barrier skips the narrow phase."""
+    to reach the barrier skips the narrow phase, and one that slid sideways, where the
+    plan leaves a doubt, takes its own bounds and finds no pair within reach."""
     from diffmb.origami.contact import pairs as pr
     from diffmb.tree.kinematics import kinematics
 
@@ -877,19 +878,21 @@ def test_a_steps_plan_bounds_every_pairs_distance_and_leaves_the_forces_unchange
         P = e.vertices(ws, p)
         exact = jnp.min(jax.vmap(pr.pair_distances)(P[I], m[I], P[J], m[J])[0], -1)
         forces = [e.evaluate(model, ws, z, k)[0] for k in (p, {**p, "step_plan": plan}, {**p, "step_plan": far})]
-        return e._moved_bounds(P, plan), exact, forces
+        near = e._near(P, e._words(z), {**p, "step_plan": plan})[1]
+        return e._moved_bounds(P, plan), exact, forces, near
 
     rng = np.random.default_rng(3)
-    for drop, touches in ((1.0, True), (1.4, True), (0.3, False)):
+    for drop, slide, touches in ((1.0, 0.0, True), (1.4, 0.0, True), (0.3, 0.0, False), (0.0, 0.6, False)):
         q = np.asarray(q0).copy()
         for k in range(9, 18):                                              # the upper layer drops, tilted
             s = model.body_slices[k][0]
             q[s + 5] -= drop * dhat
             q[s:s + 3] = 2e-5 * rng.uniform(-1, 1, 3)
-            q[s + 3:s + 5] += 1e-5 * rng.uniform(-1, 1, 2)
-        planned, exact, (f_own, f_planned, f_far) = jax.device_get(stage(jnp.asarray(q), plan, far))
+            q[s + 3:s + 5] += 1e-5 * rng.uniform(-1, 1, 2) + np.array([slide * dhat, 0.0])
+        planned, exact, (f_own, f_planned, f_far), near = jax.device_get(stage(jnp.asarray(q), plan, far))
         assert np.all(planned <= exact + 1e-15)
-        assert np.any(planned < dhat) == touches
+        assert np.any(planned < dhat) == (touches or slide > 0)
+        assert bool(near) == touches
         assert np.array_equal(f_own, f_planned)
         assert (np.max(np.abs(f_own)) > 0) == touches
         assert not np.any(f_far)                                            # the stages go by the plan
