@@ -511,8 +511,8 @@ class TreeSystem(System):
         ``(x, the next step's plan)``)."""
         model = params["model"]
         q, qd = self.split(x)
-        plan = plan and self.plans_steps
-        switching = step_end and (plan or any(e.switches_at_step_end for e in self.elements))
+        planning = plan and self.plans_steps
+        switching = step_end and (planning or any(e.switches_at_step_end for e in self.elements))
         ws = None
         if self.stabilization == "projection":
             # the elements' own states pass unchanged (contact's cut-crease angles: only
@@ -524,8 +524,8 @@ class TreeSystem(System):
         plans = None
         if switching:
             ws = kinematics(model, q) if ws is None else ws
-            ends = [e.step_end(model, ws, z, p) if (e.switches_at_step_end or (plan and e.plans_steps)) else (z, None)
-                    for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
+            ends = [e.step_end(model, ws, z, p) if e.switches_at_step_end or (planning and e.plans_steps)
+                    else (z, None) for e, z, p in zip(self.elements, self.element_states(x), params["elements"])]
             x = jnp.concatenate([x[:model.nq + model.nv], *(z for z, _ in ends)])
             plans = tuple(k if e.plans_steps else None for e, (_, k) in zip(self.elements, ends))
         x = sp.mrp_switch_at(x, jt.mrp_starts(self.model))
