@@ -151,7 +151,8 @@ class System(eqx.Module):
 
     @property
     def limits_steps(self) -> bool:
-        """Whether :meth:`step_fraction` bounds an adaptive solver's steps (False by default)."""
+        """Whether :meth:`step_fraction` bounds an adaptive solver's steps (False by
+        default; a system whose steps are limited plans them, :attr:`plans_steps`)."""
         return False
 
     @property
@@ -161,28 +162,44 @@ class System(eqx.Module):
         return False
 
     def step_plan(self, params):
-        """What every stage of the first step reads (:meth:`planned` parameters; ``None``
-        by default): a plan not made yet, which the stages then compute for themselves.
-        Each step's end makes the next step's (:meth:`project_and_plan`): what does not
-        change within a step is computed once a step instead of once a stage (contact:
-        the panels' distance bounds)."""
+        """A plan not made yet (:meth:`planned` parameters; ``None`` by default), with which
+        a step's stages compute for themselves what a plan would give them. Each step's
+        end makes the next step's plan (:meth:`project_and_plan`): what does not change
+        within a step is computed once a step instead of once a stage (contact: the
+        panels' distance bounds); the first step reads :meth:`start_plan`'s."""
         return None
+
+    def start_plan(self, x, params):
+        """The plan made at the state ``x``, which a run's first step reads (``None`` by
+        default)."""
+        return None
+
+    def start_and_plan(self, params):
+        """``(x0, plan)``: :meth:`init_state` and :meth:`start_plan` there."""
+        x0 = self.init_state(params)
+        return x0, self.start_plan(x0, params)
 
     def planned(self, params, plan):
         """``params`` carrying ``plan`` (:meth:`step_plan`) to a step's stages."""
         return params
 
+    def plan_of(self, params):
+        """The plan that :meth:`planned` parameters carry (``None`` by default)."""
+        return None
+
     def project_and_plan(self, x, params):
         """:meth:`project` at a step's end, and the next step's plan there."""
         return self.project(x, params), self.step_plan(params)
 
-    def step_fraction(self, x0, x1, params):
-        """How much of an adaptive solver's step from ``x0`` to its candidate ``x1`` may be
-        taken: at least 1, all of it; below 1, the step is rejected and retried at that
-        fraction of its length. A contact barrier is invisible to the step-size control
-        until a step lands inside its reach, so a long step through free flight could
-        jump over it (a contact element admits no step that carries two panels together
-        by more than their distance to the barrier's reach). ``inf`` by default."""
+    def step_fraction(self, plan0, plan1, x0, params):
+        """How much of an adaptive solver's step from ``x0`` may be taken, from the plans
+        made at its start (``plan0``) and at its candidate end (``plan1``,
+        :meth:`project_and_plan`): at least 1, all of it; below 1, the step is rejected
+        and retried at that fraction of its length. A contact barrier is invisible to the
+        step-size control until a step lands inside its reach, so a long step through
+        free flight could jump over it (a contact element admits no step that carries two
+        panels together by more than their distance to the barrier's reach). ``inf`` by
+        default."""
         return jnp.asarray(jnp.inf, x0.dtype)
 
 
@@ -320,8 +337,8 @@ class TreeSystem(System):
         :meth:`~diffmb.tree.force_element.ForceElement.start_report` there, as one
         compiled program: the build's start checks and the run's start state share it
         (with contact on, 0.42 + 0.42 s of XLA in two programs became 0.62 s in one on a
-        10 x 10 map fold)."""
-        return _jitted_start(self, params)
+        10 x 10 map fold; the first step's plan comes from it too, :meth:`start_and_plan`)."""
+        return _jitted_start(self, params)[:2]
 
     def _init_state(self, params, ws):
         """``[q0; qd0]`` and the elements' start states (their energy budget included);
@@ -406,27 +423,24 @@ class TreeSystem(System):
     def limits_steps(self) -> bool:
         return any(e.limits_steps for e in self.elements)
 
-    @sp.jit_per_form
-    def step_fraction(self, x0, x1, params):
-        limiting = [(e, z0, p) for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"])
-                    if e.limits_steps]
+    def step_fraction(self, plan0, plan1, x0, params):
+        """The least of the elements' :meth:`~diffmb.tree.force_element.ForceElement.step_fraction`,
+        from the step's two plans: no forward kinematics of its own (the plans hold the
+        vertices). Skipped while no element may limit the step (``cond_any``: a contact
+        element with no armed pair)."""
+        limiting = [k for k, e in enumerate(self.elements) if e.limits_steps]
 
         def check(o):
-            x0, x1, params = o
-            model = params["model"]
-            # both ends' poses in one batched pass (the kinematics compiled once, not twice)
-            rot, pos = jax.vmap(lambda x: body_poses(model, self.split(x)[0]))(jnp.stack([x0, x1]))
-            ws0, ws1 = (Kinematics(rot[k], pos[k], None, None) for k in (0, 1))
-            out = jnp.asarray(jnp.inf, x0.dtype)
-            for e, z0, p in zip(self.elements, self.element_states(x0), params["elements"]):
-                if e.limits_steps:
-                    out = jnp.minimum(out, e.step_fraction(model, ws0, z0, ws1, p))
+            plan0, plan1, x0, params = o
+            zs, out = self.element_states(x0), jnp.asarray(jnp.inf, x0.dtype)
+            for k in limiting:
+                out = jnp.minimum(out, self.elements[k].step_fraction(plan0[k], plan1[k], zs[k], params["elements"][k]))
             return out
 
-        may = functools.reduce(jnp.logical_or, [jnp.asarray(e.limits_steps_at(z0, p)) for e, z0, p in limiting],
-                               jnp.asarray(False))
-        # (a contact element's check skipped, poses and all, while it has no armed pair)
-        return cond_any(may, check, lambda o: jnp.asarray(jnp.inf, o[0].dtype), (x0, x1, params))
+        zs, ps = self.element_states(x0), params["elements"]
+        may = functools.reduce(jnp.logical_or, [jnp.asarray(self.elements[k].limits_steps_at(zs[k], ps[k]))
+                                                for k in limiting], jnp.asarray(False))
+        return cond_any(may, check, lambda o: jnp.asarray(jnp.inf, o[2].dtype), (plan0, plan1, x0, params))
 
     @property
     def plans_steps(self) -> bool:
@@ -440,11 +454,30 @@ class TreeSystem(System):
         dtype = params["q0"].dtype
         return tuple(e.blank_plan(dtype) if e.plans_steps else None for e in self.elements)
 
+    def start_plan(self, x, params):
+        """Each element's plan made at ``x`` (one compiled program; inlined in a trace)."""
+        return _jitted_plan(self, x, params) if self.plans_steps else None
+
+    def start_and_plan(self, params):
+        if not self.plans_steps:
+            return self.init_state(params), None
+        x0, _, plan = _jitted_start(self, params)   # the start program has the poses
+        return x0, plan
+
+    def _plans_at(self, x, params, ws):
+        return tuple(e.step_end(params["model"], ws, z, p)[1] if e.plans_steps else None
+                     for e, z, p in zip(self.elements, self.element_states(x), params["elements"]))
+
     def planned(self, params, plan):
         if plan is None:
             return params
         elements = [p if k is None else {**p, "step_plan": k} for p, k in zip(params["elements"], plan)]
         return {**params, "elements": elements}
+
+    def plan_of(self, params):
+        if not self.plans_steps:
+            return None
+        return tuple(p.get("step_plan") if e.plans_steps else None for e, p in zip(self.elements, params["elements"]))
 
     def project_and_plan(self, x, params):
         return self._project(x, params, self.projection_iterations, plan=True)
@@ -604,9 +637,18 @@ def _jitted_state_derivative(system, t, x, params):
 
 @sp.jit_per_form
 def _jitted_start(system, params):
-    ws = kinematics(params["model"], params["q0"], params["qd0"])   # once, for both
+    """``(x0, the elements' start reports, the first step's plan)``: one program."""
+    ws = kinematics(params["model"], params["q0"], params["qd0"])   # once, for all three
     x0 = system._init_state(params, ws) if system._element_states else jnp.concatenate([params["q0"], params["qd0"]])
     zs, ps = system.element_states(x0), params.get("elements", ())
-    return x0, tuple(e.start_report(ws, z, p) for e, z, p in zip(system.elements, zs, ps))
+    plan = system._plans_at(x0, params, ws) if system.plans_steps else None
+    return x0, tuple(e.start_report(ws, z, p) for e, z, p in zip(system.elements, zs, ps)), plan
+
+
+@sp.jit_per_form
+def _jitted_plan(system, x, params):
+    model = params["model"]
+    rot, pos = body_poses(model, system.split(x)[0])
+    return system._plans_at(x, params, Kinematics(rot, pos, None, None))
 
 

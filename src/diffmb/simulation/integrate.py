@@ -200,7 +200,7 @@ class ProjectedSolver(StepOnceSolver):
 
     def init(self, terms, t0, t1, y0, args):
         state = self.solver.init(terms, t0, t1, y0, args)
-        return (state, self.system.step_plan(args)) if self.system.plans_steps else state
+        return (state, self.system.plan_of(args)) if self.system.plans_steps else state
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         return _projected_step(self.solver, self.system, terms, t0, t1, y0, args, solver_state)
@@ -215,14 +215,19 @@ def _step(solver, terms, t0, t1, y0, args, solver_state, made_jump):
 def _projected_step(solver, system, terms, t0, t1, y0, args, solver_state):
     """A step, its end projected; with a plan (:meth:`~diffmb.system.System.step_plan`), the
     stages read the one the solver state carries, made at the step's start, and the
-    step's end makes the next (a rejected step's is dropped with its state)."""
+    step's end makes the next (a rejected step's is dropped with its state). Where the
+    system limits its steps, the error comes out as ``(error, admitted fraction)``
+    (:meth:`~diffmb.system.System.step_fraction` of the two plans), which
+    :class:`_LimitedSteps` takes apart."""
     if not system.plans_steps:
         y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, True)
         y1p = _project(system, y1, args)
         return y1p, err, dict(dense, projected=y1p), state, result
-    state, plan = solver_state
-    y1, err, dense, state, result = solver.step(terms, t0, t1, y0, system.planned(args, plan), state, True)
+    state, plan0 = solver_state
+    y1, err, dense, state, result = solver.step(terms, t0, t1, y0, system.planned(args, plan0), state, True)
     y1p, plan = _project_and_plan(system, y1, args)
+    if system.limits_steps:   # the step check from the two ends' plans, with the error to the controller
+        err = (err, system.step_fraction(plan0, plan, y0, args))
     return y1p, err, dict(dense, projected=y1p), (state, plan), result
 
 
@@ -430,6 +435,8 @@ class _Prepared(NamedTuple):
     dt0: jax.Array | None
     ts: jax.Array
     max_violation: jax.Array
+    #: the first step's plan, made at ``x0`` (:meth:`~diffmb.system.System.start_plan`), or None
+    plan: PyTree = None
 
 
 def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_steps, events,
@@ -438,7 +445,7 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
     solver, t0f, t1f, events = _check_run(system, t1=t1, t0=t0, dt=dt, solver=solver, rtol=rtol, atol=atol,
                                           events=events)
     fixed = solver in FIXED_SOLVERS
-    params, x0 = _initial_values(system, params, x0)
+    params, x0, plan = _initial_values(system, params, x0)
     ts = save_grid(t0f, t1f, None if dt is None else float(dt), saveat)
     if max_steps is None:
         max_steps = fixed_step_bound(math.ceil((t1f - t0f) / float(dt) * (1 + 1e-9)), adjoint) if fixed else 1 << 20
@@ -471,7 +478,8 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
     )
     _adjoint(adjoint)  # validate before tracing
     return _Prepared(run, system, params, x0, jnp.asarray(t0f, dtype), jnp.asarray(t1f, dtype), dt0,
-                     jnp.asarray(ts, dtype), jnp.asarray(np.inf if max_violation is None else max_violation, dtype))
+                     jnp.asarray(ts, dtype), jnp.asarray(np.inf if max_violation is None else max_violation, dtype),
+                     plan)
 
 
 LOOPS = ("auto", "diffrax", "scan")
@@ -521,16 +529,20 @@ def _check_run(system, *, t1, t0, dt, solver, rtol, atol, events):
 
 
 def _initial_values(system, params, x0):
-    """``(params, x0)``: the system's defaults where not given; ``x0`` one entry per state."""
+    """``(params, x0, plan)``: the system's defaults where not given; ``x0`` one entry per
+    state; the first step's plan made there (``None`` where the system makes none)."""
     if params is None:
         params = system.default_params()
+    plan = None
     if x0 is None:
-        x0 = system.init_state(params)
+        x0, plan = system.start_and_plan(params)
     x0 = jnp.asarray(x0)
     n_names = len(system.state_names)
     if x0.ndim != 1 or x0.shape[0] != n_names:
         raise ValueError(f"x0: expected shape ({n_names},), got {x0.shape}")
-    return params, x0
+    if plan is None:
+        plan = system.start_plan(x0, params)
+    return params, x0, plan
 
 
 def states_at(system: System, ts, *, t1: float, params, x0=None, t0: float = 0.0, dt=None,
@@ -632,9 +644,12 @@ class _Run(eqx.Module):
 
 
 @_RunProgram
-def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
+def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation, plan=None):
     """The integration: states at the save points ``ts``, with the run's status (see
-    :func:`simulate`; ``max_violation`` is traced, ``inf`` when not checked)."""
+    :func:`simulate`; ``max_violation`` is traced, ``inf`` when not checked; ``plan``: the
+    first step's, made at ``x0``, :meth:`~diffmb.system.System.start_plan`)."""
+    if system.plans_steps and plan is None:
+        plan = system.start_plan(x0, params)
     if run.steps_per_save:
         return fixed_steps.solve(run, system, params, x0, t0, t1, dt0, ts, max_violation,
                                  steps_per_save=run.steps_per_save, solver_cls=FIXED_SOLVERS[run.solver],
@@ -649,9 +664,10 @@ def _solve(run: _Run, system, params, x0, t0, t1, dt0, ts, max_violation):
         t1,
         dt0,
         x0,
-        # (a first plan, not made, where the system plans its steps: diffrax's check of the
-        # term then traces the vector field as the steps call it, and the steps reuse it)
-        system.planned(params, system.step_plan(params)),
+        # (the first step's plan, where the system plans its steps: the solver's state takes
+        # it from here, and diffrax's check of the term traces the vector field as the
+        # steps call it, so that the steps reuse that trace)
+        system.planned(params, plan),
         saveat=dfx.SaveAt(ts=ts, t1=True),
         stepsize_controller=controller,
         adjoint=_adjoint(run.adjoint),
@@ -710,7 +726,9 @@ class _MovingStatesNorm(eqx.Module):
 class _LimitedSteps(dfx.AbstractAdaptiveStepSizeController):
     """An adaptive controller that takes a step only as far as the system admits it
     (:meth:`~diffmb.system.System.step_fraction` of the step from its start to its
-    candidate end): a step the system does not admit whole is rejected and retried at
+    candidate end, which :func:`_projected_step` reports beside the step's error, as
+    ``(error, fraction)``: the plans it is formed from live in the solver's state, which
+    a controller does not see): a step the system does not admit whole is rejected and retried at
     ``SAFETY`` times the admitted fraction, and the next step after an accepted one is
     kept within ``SAFETY`` times the fraction it had to spare (a contact barrier cannot
     be jumped over: it acts only within its reach, where the step-size control sees it).
@@ -741,8 +759,8 @@ class _LimitedSteps(dfx.AbstractAdaptiveStepSizeController):
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
         keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
-            t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
-        fraction = self.system.step_fraction(y0, y1_candidate, args)
+            t0, t1, y0, y1_candidate, args, y_error[0], error_order, controller_state)
+        fraction = y_error[1]   # (the step's own, :func:`_projected_step`)
         fraction = jnp.where(jnp.isnan(fraction), jnp.inf, fraction)   # a non-finite candidate is the error's to reject
         admitted = fraction >= 1.0
         # differentiated where it limits the step (a limited step ends where the geometry

@@ -110,22 +110,23 @@ class ForceElement(eqx.Module):
 
     @property
     def limits_steps(self) -> bool:
-        """Whether :meth:`step_fraction` bounds the steps of an adaptive solver."""
+        """Whether :meth:`step_fraction` bounds the steps of an adaptive solver (an element
+        that does plans its steps too, :attr:`plans_steps`: the fraction reads the plans
+        made at a step's two ends)."""
         return False
 
     def limits_steps_at(self, z0, params):
         """Whether :meth:`step_fraction` may limit a step from own states ``z0`` (a traced
-        bool; a system skips the step check, poses and all, while no element's does).
-        ``True`` by default."""
+        bool; a system skips the step check while no element's does). ``True`` by default."""
         return jnp.asarray(True)
 
-    def step_fraction(self, model, ws0, z0, ws1, params):
-        """How much of a step from state ``ws0`` (own states ``z0``) to ``ws1`` (both poses
-        only, no speeds) the element admits: at least 1
-        admits it whole; below 1, that fraction of it, so that no step jumps over the
-        element's forces (contact: no step carries two panels together by more than
+    def step_fraction(self, plan0, plan1, z0, params):
+        """How much of a step the element admits, from the plans :meth:`step_end` made at
+        its start (``plan0``, own states ``z0``) and at its candidate end (``plan1``): at
+        least 1 admits it whole; below 1, that fraction of it, so that no step jumps over
+        the element's forces (contact: no step carries two panels together by more than
         their distance to the barrier's reach). ``inf`` by default."""
-        return jnp.asarray(jnp.inf, ws0.pos.dtype)
+        return jnp.asarray(jnp.inf, z0.dtype)
 
     def evaluate(self, model, ws, z, params):
         """``(generalized force, dz/dt)`` together (an element may share work between them)."""

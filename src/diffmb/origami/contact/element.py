@@ -384,8 +384,9 @@ class PanelContact(ForceElement):
         """Only an armed pair limits a step (:meth:`step_fraction` is ``inf`` without one)."""
         return jnp.any(self._words(z0) > 0) if self.pairs else jnp.asarray(False)
 
-    def step_fraction(self, model, ws0, z0, ws1, p):
-        """How much of a step from ``ws0`` to ``ws1`` the panels admit: each armed pair's
+    def step_fraction(self, plan0, plan1, z0, p):
+        """How much of a step the panels admit, from the plans made at its two ends
+        (:meth:`step_end`: the vertices and pair bounds there): each armed pair's
         distance to its barrier's reach, plus half the reach, over how far the step moves
         the two panels (the largest displacement of a vertex of each, added), the least
         over the pairs. A step admitted whole therefore carries no pair more than half a
@@ -396,24 +397,23 @@ class PanelContact(ForceElement):
         motion of the whole structure, which closes no gap, counts too.) Creases need no such limit:
         their barrier is one-sided in the angle (beyond its end it continues as a stiff
         quadratic, which the step's error estimate sees), so a crease resting at flat,
-        as a stowed stack's do, does not hold the steps back."""
-        out = jnp.asarray(jnp.inf, ws0.pos.dtype)
-        if self.pairs:
-            ends = jax.tree.map(lambda a, b: jnp.stack([a, b]), ws0, ws1)
-            P0, P1 = jax.vmap(self.vertices, (0, None))(ends, p)   # traced once for both ends
-            # square roots and quotients kept off 0, where their derivatives are not finite
-            # (a step-size controller differentiates the fraction; a panel that has not
-            # moved has a zero displacement)
-            moved2 = jnp.max(jnp.sum((P1 - P0) ** 2, -1), -1)   # per panel
-            moved = jnp.where(moved2 > 0.0, jnp.sqrt(jnp.where(moved2 > 0.0, moved2, 1.0)), 0.0)
-            bound = self._pair_bounds(P0, p)
-            free = jnp.maximum(bound - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
-            I, J = self._pair_index()
-            closing = moved[I] + moved[J]
-            apart = closing > 0.0
-            ratio = jnp.where(apart, free / jnp.where(apart, closing, 1.0), jnp.inf)
-            out = jnp.min(jnp.where(self._armed(z0, P0.dtype) > 0, ratio, jnp.inf))
-        return out
+        as a stowed stack's do, does not hold the steps back. The plans' vertices and
+        bounds carry their derivatives (a limited step ends where the geometry says, as
+        an event would); no forward kinematics of its own (the step's plans have it)."""
+        if not self.pairs:
+            return jnp.asarray(jnp.inf, z0.dtype)
+        P0, P1 = plan0["vertices"], plan1["vertices"]
+        # square roots and quotients kept off 0, where their derivatives are not finite
+        # (a step-size controller differentiates the fraction; a panel that has not
+        # moved has a zero displacement)
+        moved2 = jnp.max(jnp.sum((P1 - P0) ** 2, -1), -1)   # per panel
+        moved = jnp.where(moved2 > 0.0, jnp.sqrt(jnp.where(moved2 > 0.0, moved2, 1.0)), 0.0)
+        free = jnp.maximum(plan0["bound"] - p["thickness"] - p["dhat"], 0.0) + 0.5 * p["dhat"]
+        I, J = self._pair_index()
+        closing = moved[I] + moved[J]
+        apart = closing > 0.0
+        ratio = jnp.where(apart, free / jnp.where(apart, closing, 1.0), jnp.inf)
+        return jnp.min(jnp.where(self._armed(z0, P0.dtype) > 0, ratio, jnp.inf))
 
     @property
     def switches_at_step_end(self) -> bool:
@@ -437,10 +437,11 @@ class PanelContact(ForceElement):
         largest vertex displacements). Within a step, where panels move little against
         the barrier's reach, nearly as sharp as the bound formed there, for a subtraction
         and a gather per pair instead of the bound's tables at every stage."""
-        moved2 = jnp.max(jnp.sum((jax.lax.stop_gradient(P) - plan["vertices"]) ** 2, -1), -1)
+        P0, bound0 = jax.lax.stop_gradient((plan["vertices"], plan["bound"]))   # read to decide
+        moved2 = jnp.max(jnp.sum((jax.lax.stop_gradient(P) - P0) ** 2, -1), -1)
         moved = jnp.sqrt(jnp.maximum(moved2, geo.TINY))
         I, J = self._pair_index()
-        return plan["bound"] - moved[I] - moved[J]
+        return bound0 - moved[I] - moved[J]
 
     def _near(self, P, words, p):
         """``(bounds, whether an armed pair is within reach)`` at a stage (``inf`` and False
@@ -491,9 +492,11 @@ class PanelContact(ForceElement):
         same bounds, with the vertices, are the next step's plan (:meth:`_moved_bounds`):
         one broad phase a step, not one a stage."""
         n, w = len(self.cut_creases), self._arming_words
-        P = jax.lax.stop_gradient(self.vertices(ws, p))
-        bound = jax.lax.stop_gradient(self._pair_bounds(P, p))
-        words = self._words(z) | _bits(bound >= p["thickness"] + p["dhat"])
+        # (differentiable: the step check reads them, :meth:`step_fraction`; the stages
+        # read them only to decide)
+        P = self.vertices(ws, p)
+        bound = self._pair_bounds(P, p)
+        words = self._words(z) | _bits(jax.lax.stop_gradient(bound) >= p["thickness"] + p["dhat"])
         plan = {"vertices": P, "bound": bound, "made": jnp.asarray(True)}
         return jnp.concatenate([z[:n], words.astype(z.dtype), z[n + w:]]), plan
 
