@@ -7,17 +7,17 @@ quantity is undefined (a zero-length edge, parallel edges, a point on the polygo
 computation takes a safe argument instead of dividing by zero, so no NaN reaches a
 gradient.
 
-* :func:`point_polygon_distance`: the Euclidean distance from a point to the polygon
-  (its plane over the interior, its nearest edge outside): C1 wherever it is positive,
-  the distance to a convex set.
 * :func:`segment_distance`: the distance between two segments (closest points clamped to
-  both; Ericson, *Real-Time Collision Detection*, section 5.1.9).
-
-  Both distances carry their own derivative (``jax.custom_jvp``): the envelope theorem's,
-  the nearest points held fixed. Reverse mode through the search for the nearest point
-  (its clamps and selections) built a backward program that took twice the forward's
-  compile time; the rule is exact for the rigid and in-plane motions panels make, and is
-  itself differentiable (the force Jacobian a gradient through a run needs).
+  both; Ericson, *Real-Time Collision Detection*, section 5.1.9). It carries its own
+  derivative (``jax.custom_jvp``): the envelope theorem's, the nearest points held
+  fixed. Reverse mode through the search for the nearest points (its clamps and
+  selections) built a backward program that took twice the forward's compile time; the
+  rule is exact for the rigid motions segments make, and is itself differentiable (the
+  force Jacobian a gradient through a run needs).
+* :func:`point_polygon_distance`: the Euclidean distance from a point to the polygon
+  (its plane over the interior, :func:`face_side`; its nearest edge outside, a segment
+  distance from a segment of zero length): C1 wherever it is positive, the distance to a
+  convex set.
 * :func:`overlap_depth`: the separating-axis test of two convex polygons, as the shortest
   translation that separates them: ``< 0`` apart (by at least that much along some
   axis), 0 touching, ``> 0`` when one passes through the other (the depth to which it
@@ -61,72 +61,29 @@ def polygon_normal(V, valid):
     return _unit(n)
 
 
-def _affine_weights(x, V, valid):
-    """Weights ``w (k,)`` with ``sum w = 1`` and ``sum w_k V_k = x`` for a point ``x`` in the
-    polygon's plane: affine coordinates over vertices 0, 1 and the last real one (any
-    three of a convex polygon's vertices span its plane). A rigid or in-plane motion of the
-    polygon moves the body point at ``x`` by ``sum w_k dV_k``."""
-    last = jnp.sum(valid) - 1
-    e1, e2, r = V[1] - V[0], V[last] - V[0], x - V[0]
-    g11, g12, g22 = _dot(e1, e1), _dot(e1, e2), _dot(e2, e2)
-    det = g11 * g22 - g12 * g12
-    safe = jnp.where(det > TINY * (g11 * g22 + TINY), det, 1.0)
-    r1, r2 = _dot(e1, r), _dot(e2, r)
-    a, b = (g22 * r1 - g12 * r2) / safe, (g11 * r2 - g12 * r1) / safe
-    k = jnp.arange(V.shape[0])
-    return (jnp.where(k == 0, 1.0 - a - b, 0.0) + jnp.where(k == 1, a, 0.0) + jnp.where(k == last, b, 0.0))
-
-
-def _point_polygon(p, V, valid):
-    """``(d, x, w)``: the distance from ``p`` to the convex polygon, the nearest point ``x``
-    on it and weights ``w (k,)`` that carry the polygon's motion to that point
-    (``sum w_k dV_k``; :func:`_affine_weights` over the face, the two ends of the nearest
-    edge beside it)."""
+def face_side(p, V, valid):
+    """``(inside, height)``: whether the point ``p`` projects onto the polygon's face
+    (within every real edge's inward half-plane) and its signed height above the face's
+    plane along :func:`polygon_normal`."""
     n = polygon_normal(V, valid)
     W, nxt = edges(V, valid)
     inward = jnp.cross(n[None, :], nxt - W)          # in-plane, pointing inside (right-hand order)
-    side = _dot(p[None, :] - W, inward)
-    inside = jnp.all(jnp.where(valid, side >= 0.0, True))
-    height = _dot(p - W[0], n)
-    foot = p - height * n
-    # beside the face: the nearest point of the nearest edge (padded rows: zero-length
-    # edges at vertex 0, so they never win over the real edge that ends there)
-    e = nxt - W
-    ee = _dot(e, e)
-    t = jnp.clip(_dot(p[None, :] - W, e) / jnp.where(ee > TINY, ee, 1.0), 0.0, 1.0)
-    t = jnp.where(ee > TINY, t, 0.0)
-    near = W + t[:, None] * e
-    to_edges = jnp.where(valid, _norm(p[None, :] - near), jnp.inf)
-    i = jnp.argmin(to_edges)
-    k = jnp.arange(V.shape[0])
-    nxt_i = jnp.where(valid[(i + 1) % V.shape[0]], (i + 1) % V.shape[0], 0)
-    w_edge = jnp.where(k == i, 1.0 - t[i], 0.0) + jnp.where(k == nxt_i, t[i], 0.0)
-    d = jnp.where(inside, jnp.abs(height), to_edges[i])
-    x = jnp.where(inside, foot, near[i])
-    w = jnp.where(inside, _affine_weights(foot, V, valid), w_edge)
-    return d, x, w
+    inside = jnp.all(jnp.where(valid, _dot(p[None, :] - W, inward) >= 0.0, True))
+    return inside, _dot(p - W[0], n)
 
 
-@jax.custom_jvp
 def point_polygon_distance(p, V, valid):
-    """Distance from the point ``p`` to the convex polygon ``V`` (see module docstring).
-
-    Differentiated by the envelope theorem (Danskin): the nearest point held fixed on the
-    polygon, ``dd = u . (dp - sum w_k dV_k)`` with ``u`` the unit vector from it to ``p``,
-    exact for the rigid and in-plane motions polygons make; its derivative is formed from
-    the nearest point, not traced back through the search for it (a fraction of the
-    program autodiff would build). 0 at ``d = 0``, where no direction is defined."""
-    return _point_polygon(p, V, valid)[0]
-
-
-@point_polygon_distance.defjvp
-def _point_polygon_distance_jvp(primals, tangents):
-    p, V, valid = primals
-    dp, dV, _ = tangents
-    d, x, w = _point_polygon(p, V, valid)
-    u = (p - x) / jnp.where(d > 0.0, d, 1.0)
-    dx = jnp.einsum("k,kd->d", w, dV)
-    return d, _dot(u, dp - dx)
+    """Distance from the point ``p`` to the convex polygon ``V`` (see module docstring):
+    ``|height|`` over the face (:func:`face_side`), else the least of its distances to the
+    polygon's edges (:func:`segment_distance` from the point, a segment of zero length:
+    padded rows are zero-length edges at vertex 0, which a real edge ends at, so they
+    never win). Its derivative is the envelope theorem's along the edges
+    (:func:`segment_distance`) and exact over the face. 0 at ``d = 0``, where no direction
+    is defined."""
+    inside, height = face_side(p, V, valid)
+    W, nxt = edges(V, valid)
+    to_edges = jax.vmap(segment_distance, (None, None, 0, 0))(p, p, W, nxt)
+    return jnp.where(inside, jnp.abs(height), jnp.min(to_edges))
 
 
 def _segments(p1, q1, p2, q2):
@@ -152,8 +109,12 @@ def _segments(p1, q1, p2, q2):
 
 @jax.custom_jvp
 def segment_distance(p1, q1, p2, q2):
-    """Distance between the segments ``p1 q1`` and ``p2 q2``, differentiated as
-    :func:`point_polygon_distance` is: the nearest points' parameters held fixed."""
+    """Distance between the segments ``p1 q1`` and ``p2 q2``, differentiated by the
+    envelope theorem (Danskin): the nearest points' parameters held fixed, ``dd = u . (dc1
+    - dc2)`` with ``u`` the unit vector between the nearest points, exact for the rigid
+    and in-plane motions segments make; its derivative is formed from the nearest points,
+    not traced back through the search for them (a fraction of the program autodiff
+    would build). 0 at ``d = 0``, where no direction is defined."""
     return _segments(p1, q1, p2, q2)[0]
 
 
