@@ -119,8 +119,9 @@ def solve(run, system, params, x0, t0, t1, dt0, ts, max_violation, *, steps_per_
         ta, tb = t
         y, plan = carry
         y1 = rk_step(vf, a, b, c, ta, tb - ta, y, system.planned(params, plan))
-        if planning:
-            return project_and_plan(system, y1, params), None
+        if planning:   # (the stages only decide by the plan: nothing differentiates it)
+            y1, plan = project_and_plan(system, y1, params)
+            return (y1, jax.lax.stop_gradient(plan)), None
         return ((project(system, y1, params) if system.has_projection else y1), None), None
 
     @jax.checkpoint

@@ -188,6 +188,9 @@ class ProjectedSolver(StepOnceSolver):
 
     solver: dfx.AbstractSolver
     system: System
+    #: whether an adaptive controller limits the steps (:class:`_LimitedSteps`): the step
+    #: then reports its admitted fraction with its error, and its plans carry derivatives
+    limited: bool = eqx.field(static=True, default=False)
 
     @property
     def interpolation_cls(self):
@@ -203,7 +206,7 @@ class ProjectedSolver(StepOnceSolver):
         return (state, self.system.plan_of(args)) if self.system.plans_steps else state
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        return _projected_step(self.solver, self.system, terms, t0, t1, y0, args, solver_state)
+        return _projected_step(self.solver, self.system, terms, t0, t1, y0, args, solver_state, self.limited)
 
 
 @spatial.jit_per_form
@@ -212,13 +215,14 @@ def _step(solver, terms, t0, t1, y0, args, solver_state, made_jump):
 
 
 @spatial.jit_per_form
-def _projected_step(solver, system, terms, t0, t1, y0, args, solver_state):
+def _projected_step(solver, system, terms, t0, t1, y0, args, solver_state, limited):
     """A step, its end projected; with a plan (:meth:`~diffmb.system.System.step_plan`), the
     stages read the one the solver state carries, made at the step's start, and the
-    step's end makes the next (a rejected step's is dropped with its state). Where the
-    system limits its steps, the error comes out as ``(error, admitted fraction)``
-    (:meth:`~diffmb.system.System.step_fraction` of the two plans), which
-    :class:`_LimitedSteps` takes apart."""
+    step's end makes the next (a rejected step's is dropped with its state). With
+    ``limited`` (the controller limits the steps), the error comes out as ``(error,
+    admitted fraction)`` (:meth:`~diffmb.system.System.step_fraction` of the two plans),
+    which :class:`_LimitedSteps` takes apart; otherwise nothing differentiates the plan
+    (the stages only decide by it)."""
     if not system.plans_steps:
         y1, err, dense, state, result = solver.step(terms, t0, t1, y0, args, solver_state, True)
         y1p = _project(system, y1, args)
@@ -226,8 +230,10 @@ def _projected_step(solver, system, terms, t0, t1, y0, args, solver_state):
     state, plan0 = solver_state
     y1, err, dense, state, result = solver.step(terms, t0, t1, y0, system.planned(args, plan0), state, True)
     y1p, plan = _project_and_plan(system, y1, args)
-    if system.limits_steps:   # the step check from the two ends' plans, with the error to the controller
+    if limited:   # the step check from the two ends' plans, with the error to the controller
         err = (err, system.step_fraction(plan0, plan, y0, args))
+    else:
+        plan = jax.lax.stop_gradient(plan)
     return y1p, err, dict(dense, projected=y1p), (state, plan), result
 
 
@@ -686,7 +692,8 @@ def _solver(run, system):
     cls = (FIXED_SOLVERS if fixed else ADAPTIVE_SOLVERS)[run.solver]
     rk = issubclass(cls, AbstractRungeKutta)
     inner = cls(scan_kind="bounded") if (rk and run.adjoint == "direct") else cls()
-    return ProjectedSolver(inner, system) if system.has_projection else StepOnceSolver(inner)
+    return ProjectedSolver(inner, system, limited=not fixed and system.limits_steps) if system.has_projection \
+        else StepOnceSolver(inner)
 
 
 def _step_control(run, system, params, t0, t1, dt0, ts):
