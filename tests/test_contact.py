@@ -99,6 +99,29 @@ def test_a_long_step_cannot_carry_a_panel_through_another(elastic, monkeypatch):
     assert x[small + 5] - x[big + 5] < -0.1                       # passed through
 
 
+def test_a_run_from_a_given_state_makes_its_first_plan_there():
+    """The step check reads the plans made at a step's two ends; a run's first step reads
+    one made at its start. From the system's own start the start program makes it (with
+    the start state), from a state given as ``x0`` a small program of its own: the same
+    plan, and the same run, whose first step must already be limited (the panels 20 mm
+    apart closing at 10 m/s, as in the test above, rebound instead of passing through)."""
+    system, _ = _two_panels(v=10.0)
+    params = system.default_params()
+    x0, plan = system.start_and_plan(params)
+    assert plan[0]["made"]
+    for a, b in zip(jax.tree.leaves(plan), jax.tree.leaves(system.start_plan(x0, params))):
+        np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=0, atol=1e-15)
+    small = system.model.body_slices[system.model.body_index("small")][0]
+    big = system.model.body_slices[system.model.body_index("big")][0]
+    finals = []
+    for given in (None, x0):   # 501: the `elastic` fixture's program (same structure and settings)
+        tr = diffmb.simulate(system, x0=given, t1=0.05, solver="dopri5", rtol=1e-12, atol=1e-15, saveat=501)
+        x = np.asarray(tr.x_final)
+        assert x[small + 5] - x[big + 5] > 0.0 and float(np.min(tr.diagnostics["contact_gap"])) > 0.0
+        finals.append(x)
+    np.testing.assert_allclose(finals[0], finals[1], rtol=0, atol=1e-13)
+
+
 def test_two_free_panels_rebound_elastically_without_spin(elastic):
     system, element, params, tr = elastic
     assert tr.status == "success"
