@@ -48,8 +48,9 @@ def pair_distances(Pi, mi, Pj, mj):
     Every segment distance of the pair in one batch: the 16 edge-edge pairs and, for the
     vertices beside the other polygon's face, the 2 x 4 x 4 vertex-edge pairs (a vertex
     is a segment of zero length). The nearest-point search is traced once, where a
-    vertex-face search of its own took as much program again (the contact force's
-    compile: 10x10 map fold ...)."""
+    vertex-face search of its own, with its own derivative rule, doubled the tracing (the
+    10x10 map fold's panel forces alone: 0.35 -> 0.18 s to lower, 0.88 -> 0.75 s with
+    XLA's compile)."""
     k = Pi.shape[0]
     ai, bi = geo.edges(Pi, mi)
     aj, bj = geo.edges(Pj, mj)
