@@ -122,6 +122,31 @@ def test_a_run_from_a_given_state_makes_its_first_plan_there():
     np.testing.assert_allclose(finals[0], finals[1], rtol=0, atol=1e-13)
 
 
+def test_an_element_that_limits_steps_without_planning_them_is_refused_before_compiling():
+    """The step check reads the plans made at a step's two ends, so an element that limits
+    the steps but makes no plan would give the controller nothing to read: refused by
+    name when the run is prepared, not a wrong step size."""
+    from diffmb.tree.force_element import ForceElement
+
+    class Limiting(ForceElement):
+        def default_params(self):
+            return {}
+
+        def generalized_force(self, model, ws, z, params):
+            return jnp.zeros(model.nv, ws.pos.dtype)
+
+        @property
+        def limits_steps(self):
+            return True
+
+    b = diffmb.ModelBuilder(gravity=(0.0, 0.0, 0.0))
+    b.add_body("a", "world", "free", mass=1.0, inertia=_inertia(1.0, 1.0))
+    model = b.build()
+    system = diffmb.TreeSystem(model, np.zeros(model.nq), np.zeros(model.nv), elements=(Limiting(),))
+    with pytest.raises(ValueError, match="limited .* but not planned"):
+        diffmb.simulate(system, t1=0.1, solver="dopri5")
+
+
 def test_two_free_panels_rebound_elastically_without_spin(elastic):
     system, element, params, tr = elastic
     assert tr.status == "success"

@@ -451,6 +451,10 @@ def _prepare(system, *, t1, t0, x0, params, dt, solver, rtol, atol, saveat, max_
     solver, t0f, t1f, events = _check_run(system, t1=t1, t0=t0, dt=dt, solver=solver, rtol=rtol, atol=atol,
                                           events=events)
     fixed = solver in FIXED_SOLVERS
+    if system.limits_steps and not (system.has_projection and system.plans_steps):
+        # (the step check reads the plans the projected solver makes at a step's two ends)
+        raise ValueError(f"{type(system).__name__}: its steps are limited (limits_steps) but not planned "
+                         "(plans_steps, through a projection): an element that limits the steps must plan them")
     params, x0, plan = _initial_values(system, params, x0)
     ts = save_grid(t0f, t1f, None if dt is None else float(dt), saveat)
     if max_steps is None:
