@@ -100,12 +100,13 @@ class ForceElement(eqx.Module):
         :attr:`plans_steps` a pytree that every stage of the next step finds in its
         parameters as ``"step_plan"`` (where a solver makes one; elsewhere it is absent),
         so that what does not change within a step is computed once (contact: the
-        panels' distance bounds). The first step's stages read :meth:`blank_plan`."""
+        panels' distance bounds). A run's first step reads the plan made here at its start
+        state (:meth:`~diffmb.system.System.start_plan`)."""
         return self.at_step_end(model, ws, z, params), None
 
     def blank_plan(self, dtype):
-        """The first step's plan: :meth:`step_end`'s structure, saying it is not made (the
-        first step's stages compute what they need)."""
+        """A plan not made: :meth:`step_end`'s structure, saying so (the stages then compute
+        what they need; a counted loop's save interval starts with it)."""
         return None
 
     @property
