@@ -79,12 +79,22 @@ def attribution(hlo_text: str) -> tuple[dict, dict, dict]:
         op = re.search(r'op_name="([^"]*)"', line)
         calls = re.search(r"calls=%?([\w.\-]+)", line)
         comps[current].append(src)
-        own[m.group(1)] = (calls.group(1) if calls else None, op.group(1) if op else "", src, m.group(2))
+        args = re.match(r"[^(]*\(([^)]*)\)", line[m.end() - 1:])
+        operands = re.findall(r"%([\w.\-]+)", args.group(1)) if args else []
+        own[m.group(1)] = (calls.group(1) if calls else None, op.group(1) if op else "", src, m.group(2), operands)
     source, op_name, opcode = {}, {}, {}
-    for name, (calls, op, src, code) in own.items():
+    for name, (calls, op, src, code, _) in own.items():
         votes = collections.Counter(s for s in comps.get(calls, []) if s)
-        source[name] = votes.most_common(1)[0][0] if votes else (src or "?")
+        source[name] = votes.most_common(1)[0][0] if votes else src
         op_name[name], opcode[name] = op, code
+    # XLA's rewrites (a dot split out of a fusion, say) can leave an instruction without
+    # metadata: it is laid at the source of its operands, the code whose values it consumes
+    inherited = {}
+    for name, (*_, operands) in own.items():
+        if source[name] is None:
+            votes = collections.Counter(source.get(o) for o in operands if source.get(o))
+            inherited[name] = votes.most_common(1)[0][0] if votes else "?"
+    source.update(inherited)
     return source, op_name, opcode
 
 
