@@ -69,12 +69,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
 from .. import scenarios
-from ..origami.contact import certified_margins
 from ..origami.start_state import LockedPattern, PatternNote
 from ..scenarios.origami import outlines
 from ..simulation import compile_cache, health, resumable, trajectory
@@ -436,7 +434,9 @@ def contact_summary(system, params, traj) -> dict | None:
         return None
     e, p = elements[0], params["elements"][0]
     valid = np.isfinite(np.asarray(traj.ts))
-    m = {k: float(v) for k, v in e.metrics(traj.diagnostics, jnp.asarray(valid), p).items()}
+    z0 = system.element_states(np.asarray(traj.xs[0]))[0]
+    m, certified = e.summary(traj.diagnostics, valid, p, z0)
+    m = {k: float(v) for k, v in m.items()}
     out = {"contact": bool(e.applies_forces), "max_crease_angle_deg": float(np.degrees(m["max_crease_angle"])),
            "crease_overfold_rad": m["crease_overfold"]}
     if "panel_overlap" in traj.diagnostics:
@@ -451,9 +451,8 @@ def contact_summary(system, params, traj) -> dict | None:
             out[key] = m[key]
     if "contact_energy" in traj.diagnostics:
         out["max_contact_energy_j"] = float(np.nanmax(np.asarray(traj.diagnostics["contact_energy"])))
-    if e.applies_forces and "energy" in traj.diagnostics:
-        budget = float(system.element_states(jnp.asarray(traj.xs[0]))[0][-1])
-        out.update(certified_margins(e, p, float(np.nanmax(np.asarray(traj.diagnostics["energy"]))), budget))
+    if e.applies_forces:
+        out.update({k: float(v) for k, v in certified.items()})
     return out
 
 

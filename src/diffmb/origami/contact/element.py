@@ -638,13 +638,17 @@ class PanelContact(ForceElement):
 
     # ------------------------------------------------------------------ after a run
     def unwrapped(self, theta, valid):
-        return report.unwrapped(self, theta, valid)
+        return report.unwrapped_program(self, theta, valid)
 
     def metrics(self, diagnostics, valid, params):
         return report.metrics(self, diagnostics, valid, params)
 
     def check(self, ts, diagnostics, params):
         return report.check(self, ts, diagnostics, params)
+
+    def summary(self, diagnostics, valid, params, z0):
+        """:meth:`metrics` and the certified margins of a run, one program (:func:`.report.summary`)."""
+        return report.summary(self, diagnostics, valid, params, z0)
 
     # ------------------------------------------------------------------ own states
     @property

@@ -8,6 +8,7 @@ save point; ``element`` is the :class:`~diffmb.origami.contact.PanelContact` of 
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -55,6 +56,24 @@ def metrics(element, diagnostics, valid, params):
         out["contact_overflow"] = jnp.max(jnp.where(valid, diagnostics["contact_overflow"], 0.0))
     return out
 
+@eqx.filter_jit
+def summary(element, diagnostics, valid, params, z0):
+    """A run's :func:`metrics` and, with contact on, its certified margins
+    (:func:`.rule.certified_figures`: from the run's largest energy and the energy budget,
+    the last of the element's start states ``z0``) in one program. Op by op, their few
+    dozen small operations each compiled a program of their own."""
+    from .rule import certified_figures
+
+    certified = {}
+    if element.forces and "energy" in diagnostics:
+        certified = certified_figures(element, params, jnp.nanmax(diagnostics["energy"]), z0[-1])
+    return metrics(element, diagnostics, valid, params), certified
+
+
+#: :func:`unwrapped` as one program (op by op after a run, a dozen small ones)
+unwrapped_program = eqx.filter_jit(unwrapped)
+
+
 def remedy(element, what: str) -> str:
     """What to do about a crease past flat (``what="crease"``) or panels through each
     other (``"panels"``)."""
@@ -72,7 +91,7 @@ def check(element, ts, diagnostics, params):
     valid = np.isfinite(ts)
     out = []
     if "crease_angle" in diagnostics and valid.any():
-        s = np.asarray(unwrapped(element, jnp.asarray(diagnostics["crease_angle"]), jnp.asarray(valid)))
+        s = np.asarray(unwrapped_program(element, np.asarray(diagnostics["crease_angle"]), valid))
         over = np.where(valid[:, None], np.abs(s), 0.0) - np.pi
         tol = float(params["crease_tolerance"])
         bad = [k for k in range(s.shape[1]) if over[:, k].max() > tol]

@@ -93,10 +93,15 @@ def certified_margins(element, p, energy: float, budget: float) -> dict:
     ``certified_crease_margin_rad`` of its barrier's end (``pi + psi_hat``) and no fully
     armed pair of panels closer than ``certified_gap_m`` (thickness apart). The figures
     do not hold for a run driven by torques that add energy."""
+    return {k: float(v) for k, v in certified_figures(element, p, energy, budget).items()}
+
+
+def certified_figures(element, p, energy, budget) -> dict:
+    """:func:`certified_margins` as arrays, traceable (one program with the run's other
+    figures: :func:`.report.summary`)."""
     out = {}
     if element.tree_creases or element.cut_creases:
-        out["certified_crease_margin_rad"] = float(certified_margin(energy, crease_stiffness(p, budget),
-                                                                    certified_reach(p)))
+        out["certified_crease_margin_rad"] = certified_margin(energy, crease_stiffness(p, budget), certified_reach(p))
     if element.pairs:
-        out["certified_gap_m"] = float(certified_margin(energy, panel_stiffness(p, budget), p["dhat"]))
+        out["certified_gap_m"] = certified_margin(energy, panel_stiffness(p, budget), p["dhat"])
     return out
