@@ -40,6 +40,7 @@ from diffrax import AbstractERK, AbstractRungeKutta, ButcherTableau, ThirdOrderH
 from jax.typing import ArrayLike
 
 from ..math import spatial
+from ..math.tracing import outside_any_trace
 from ..system import System
 from . import _diffrax_ulps, fixed_steps
 from .trajectory import STATUS_CODES, Trajectory
@@ -413,20 +414,10 @@ class _RunProgram:
         return self._tuned
 
     def __call__(self, *args, **kwargs):
-        return (self._top() if _outside_any_trace() else self._plain)(*args, **kwargs)
+        return (self._top() if outside_any_trace() else self._plain)(*args, **kwargs)
 
     def lower(self, *args, **kwargs):
         return self._top().lower(*args, **kwargs)
-
-
-def _outside_any_trace() -> bool:
-    """Whether no JAX transformation is tracing (JAX's own test, not public: where it
-    is missing, False, and a program compiles with XLA's defaults as before)."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:
-        return False
-    return bool(trace_state_clean())
 
 
 class _Prepared(NamedTuple):
