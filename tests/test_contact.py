@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import diffmb
-from diffmb import scenarios
+from diffmb import scenarios, system as system_module
 from diffmb.math import barrier as br
 from diffmb.origami import build
 from diffmb.origami.contact import (
@@ -99,12 +99,13 @@ def test_a_long_step_cannot_carry_a_panel_through_another(elastic, monkeypatch):
     assert x[small + 5] - x[big + 5] < -0.1                       # passed through
 
 
-def test_a_run_from_a_given_state_makes_its_first_plan_there():
+def test_a_run_from_a_given_state_makes_its_first_plan_there(monkeypatch):
     """The step check reads the plans made at a step's two ends; a run's first step reads
-    one made at its start. From the system's own start the start program makes it (with
-    the start state), from a state given as ``x0`` a small program of its own: the same
-    plan, and the same run, whose first step must already be limited (the panels 20 mm
-    apart closing at 10 m/s, as in the test above, rebound instead of passing through)."""
+    one made at its start. The start program makes it, with the start state at the
+    system's own start and at a state given as ``x0`` from its coordinates (the command
+    line's segments); inside a trace the poses alone make it. The same plan each way, and
+    the same run, whose first step must already be limited (the panels 20 mm apart
+    closing at 10 m/s, as in the test above, rebound instead of passing through)."""
     system, _ = _two_panels(v=10.0)
     params = system.default_params()
     x0, plan = system.start_and_plan(params)
@@ -114,12 +115,24 @@ def test_a_run_from_a_given_state_makes_its_first_plan_there():
     small = system.model.body_slices[system.model.body_index("small")][0]
     big = system.model.body_slices[system.model.body_index("big")][0]
     finals = []
+    # a given state's plan comes from the start program, compiled for the start already:
+    # no program of its own (0.4 s of the command line's compile on the 10x10 map fold)
+    poses_alone = system_module._jitted_plan
+    monkeypatch.setattr(system_module, "_jitted_plan", lambda *a: pytest.fail("a plan program of its own"))
     for given in (None, x0):   # 501: the `elastic` fixture's program (same structure and settings)
         tr = diffmb.simulate(system, x0=given, t1=0.05, solver="dopri5", rtol=1e-12, atol=1e-15, saveat=501)
         x = np.asarray(tr.x_final)
         assert x[small + 5] - x[big + 5] > 0.0 and float(np.min(tr.diagnostics["contact_gap"])) > 0.0
         finals.append(x)
     np.testing.assert_allclose(finals[0], finals[1], rtol=0, atol=1e-13)
+    monkeypatch.setattr(system_module, "_jitted_plan", poses_alone)
+    # at a state the motion reached (the elements' states no longer the start's): the start
+    # program's plan, the poses' alone and the one made inside a trace agree
+    eager = system.start_plan(finals[0], params)
+    for other in (system_module._jitted_plan(system, jnp.asarray(finals[0]), params),
+                  jax.jit(lambda x: system.start_plan(x, params))(finals[0])):
+        for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(other)):
+            np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=0, atol=1e-15)
 
 
 def test_an_element_that_limits_steps_without_planning_them_is_refused_before_compiling():
