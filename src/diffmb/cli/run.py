@@ -451,8 +451,7 @@ def contact_summary(system, params, traj) -> dict | None:
             out[key] = m[key]
     if "contact_energy" in traj.diagnostics:
         out["max_contact_energy_j"] = float(np.nanmax(np.asarray(traj.diagnostics["contact_energy"])))
-    if e.applies_forces:
-        out.update({k: float(v) for k, v in certified.items()})
+    out.update({k: float(v) for k, v in certified.items()})   # (contact on only)
     return out
 
 

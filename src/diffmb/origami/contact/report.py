@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...math import barrier as br
+from .rule import certified_figures
 
 #: The detector: an overlap deeper than this fraction of the panel size is a crossing;
 #: a crease more than this past flat [rad] (without contact; with contact, its reach).
@@ -62,8 +63,6 @@ def summary(element, diagnostics, valid, params, z0):
     (:func:`.rule.certified_figures`: from the run's largest energy and the energy budget,
     the last of the element's start states ``z0``) in one program. Op by op, their few
     dozen small operations each compiled a program of their own."""
-    from .rule import certified_figures
-
     certified = {}
     if element.forces and "energy" in diagnostics:
         certified = certified_figures(element, params, jnp.nanmax(diagnostics["energy"]), z0[-1])
