@@ -222,9 +222,9 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
     turn."""
     x0 = system.init_state(params)
     model = params["model"]
-    q0, _ = system.split(x0)
+    q0, qd0 = system.split(x0)
     p = element.numbers
-    theta0 = np.asarray(_cut_angles(element, model, q0, p))
+    theta0 = np.asarray(_start_geometry(element, model, q0, qd0, p)[0])
     folded = np.abs(np.abs(theta0) - np.pi) < 1e-6
     sides = np.sign(np.asarray(element.cut_folds))
     # the dynamics compile only where a crease starts flat (about 1 s of a build)
@@ -232,7 +232,7 @@ def cut_branches(system, element: PanelContact, params) -> tuple:
     scale = np.max(np.abs(qdd))
     if scale > 0:
         h2 = 2e-6 / scale          # moves the fastest coordinate by 1e-6
-        theta = np.asarray(_cut_angles(element, model, jnp.asarray(q0) + 0.5 * h2 * jnp.asarray(qdd), p))
+        theta = np.asarray(_start_geometry(element, model, jnp.asarray(q0) + 0.5 * h2 * jnp.asarray(qdd), qd0, p)[0])
         moved = np.abs(np.abs(theta) - np.pi) > 1e-9
         sides = np.where(folded & moved, np.sign(theta), sides)
     # off flat, the nearest quarter turn: within an eighth of a turn of the start, so the
@@ -250,26 +250,25 @@ def crease_inertias(system, element: PanelContact, params) -> np.ndarray:
     an inertia off by a factor changes the ratio by its square root only."""
     x0 = system.init_state(params)
     q0, qd0 = system.split(x0)
-    return np.asarray(_inertias(element, params["model"], q0, qd0, element.numbers))
+    return np.asarray(_start_geometry(element, params["model"], q0, qd0, element.numbers)[1])
 
 
 @eqx.filter_jit
-def _inertias(element: PanelContact, model, q, qd, p):
+def _start_geometry(element: PanelContact, model, q, qd, p):
+    """``(cut crease angles, crease inertias)`` at ``q``: one program, one pose pass, for
+    :func:`cut_branches` and :func:`crease_inertias` (the inertias only with contact on,
+    else None); each of its own compiled the kinematics again (10x10 map fold: 0.3 s)."""
     from ...tree import crba
     from ...tree.kinematics import kinematics, world_velocities
 
-    # the rates' rows from the velocity sums alone (linear in the speeds), one pose pass
     ws = kinematics(model, q)
+    if not element.forces:
+        return element.geometric_cut_angles(ws, p), None
+    # the rates' rows from the velocity sums alone (linear in the speeds)
     rates = lambda v: element.crease_rates(dataclasses.replace(ws, vel=world_velocities(model, ws, v), qd=v), p)
     A = jax.jacfwd(rates)(qd)
-    return 1.0 / jnp.einsum("ij,ji->i", A, jnp.linalg.solve(crba.mass_matrix_ws(model, ws), A.T))
-
-
-@eqx.filter_jit
-def _cut_angles(element: PanelContact, model, q, p):
-    from ...tree.kinematics import kinematics
-
-    return element.geometric_cut_angles(kinematics(model, q), p)
+    inertias = 1.0 / jnp.einsum("ij,ji->i", A, jnp.linalg.solve(crba.mass_matrix_ws(model, ws), A.T))
+    return element.geometric_cut_angles(ws, p), inertias
 
 
 def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> PanelContact:
