@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,9 +134,10 @@ def stacked_pairs(element, P: np.ndarray, size: float, within: float | None = No
     within = STACKED_PLANE * size if within is None else max(within, STACKED_PLANE * size)
     out = []
     valid = np.asarray(element.valid, bool)
+    normals = _normals(P, valid)
     for k, (i, j) in enumerate(element.pairs):
         Vi, Vj = P[i][valid[i]], P[j][valid[j]]
-        n = np.asarray(geo.polygon_normal(jnp.asarray(P[i]), jnp.asarray(valid[i])))
+        n = normals[i]
         if np.max(np.abs((Vj - Vi[0]) @ n)) > within:
             continue
         e1 = (Vi[1] - Vi[0]) / np.linalg.norm(Vi[1] - Vi[0])
@@ -149,19 +151,46 @@ def stacked_pairs(element, P: np.ndarray, size: float, within: float | None = No
     return out
 
 
-def _local(element, ws, p, panel: int, X: np.ndarray) -> np.ndarray:
-    """World points ``X`` as material points of ``panel`` (its body frame)."""
+def _normals(P: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Every panel's unit normal at world vertices ``P`` (numpy in, numpy out)."""
+    return np.asarray(_normals_program(jnp.asarray(P), jnp.asarray(valid)))
+
+
+#: one program for all panels' normals (op by op, each call compiled a dozen small ones)
+_normals_program = jax.jit(jax.vmap(geo.polygon_normal))
+
+
+@eqx.filter_jit
+def _panels_at(element, model, q, p):
+    """``(E, r, P, cut)`` at coordinates ``q``: each panel's body DCM and origin, the world
+    vertices and the cut creases' angles, one program (op by op, the kinematics and the
+    vertices compiled a few hundred small programs: a stow of the 4 x 1 map fold took
+    5.3 s, nearly all of it compiling)."""
+    ws = kinematics(model, q)
     E, r = element._poses(ws)
-    E, r = np.asarray(E[panel]), np.asarray(r[panel])
-    return (X - r) @ E.T
+    return E, r, element.vertices(ws, p), element.geometric_cut_angles(ws, p)
+
+
+def _local(E: np.ndarray, r: np.ndarray, panel: int, X: np.ndarray) -> np.ndarray:
+    """World points ``X`` as material points of ``panel`` (its body DCM ``E[panel]`` and
+    origin ``r[panel]``)."""
+    return (X - r[panel]) @ E[panel].T
+
+
+def _rows(rows) -> tuple:
+    """``(a, x, b)`` arrays of separation rows ``(panel a, material point on a, panel b)``."""
+    return (np.asarray([r[0] for r in rows], int), np.stack([r[1] for r in rows]),
+            np.asarray([r[2] for r in rows], int))
 
 
 def _separations(element, p, rows):
     """``h(ws)``: per row ``(panel a, material point on a, panel b)``, the height of the
     point above panel b's plane (signed along b's normal)."""
-    a = np.asarray([r[0] for r in rows], int)
-    b = np.asarray([r[2] for r in rows], int)
-    x = jnp.asarray(np.stack([r[1] for r in rows]))
+    a, x, b = _rows(rows)
+    return _heights(element, p, a, jnp.asarray(x), b)
+
+
+def _heights(element, p, a, x, b):
     valid = jnp.asarray(np.asarray(element.valid, bool))
 
     def h(ws):
@@ -174,24 +203,36 @@ def _separations(element, p, rows):
     return h
 
 
+def _separations_at(element, model, p, rows, q) -> np.ndarray:
+    """:func:`_separations` at coordinates ``q`` (numpy), one program for any rows of a
+    count (the layer order's and the stowed state's)."""
+    a, x, b = _rows(rows)
+    return np.asarray(_heights_at(element, model, p, jnp.asarray(a), jnp.asarray(x), jnp.asarray(b), jnp.asarray(q)))
+
+
+@eqx.filter_jit
+def _heights_at(element, model, p, a, x, b, q):
+    return _heights(element, p, a, x, b)(kinematics(model, q))
+
+
 def layer_order(element, model, q0, p, hinge_cols, size: float, stacked: list, opening: float = OPENING):
     """``(rows, signs, ties)``: the separation rows of every stacked pair (each overlap
     corner on either panel against the other's plane), the sign each row has in the
     stack's order (its sign when every folded tree crease opens by ``opening``), and the
     labels of pairs the opening does not separate."""
-    ws0 = kinematics(model, jnp.asarray(q0))
+    E, r = (np.asarray(v) for v in _panels_at(element, model, jnp.asarray(q0), p)[:2])
     rows, owner = [], []
     for k, X in stacked:
         i, j = element.pairs[k]
         for a, b in ((i, j), (j, i)):
-            for x in _local(element, ws0, p, a, X):
+            for x in _local(E, r, a, X):
                 rows.append((a, x, b))
                 owner.append(k)
     q = np.asarray(q0, float).copy()
     th = q[hinge_cols]
     folded = np.abs(np.abs(th) - np.pi) < 1e-6
     q[hinge_cols] = np.where(folded, th - np.sign(th) * opening, th)
-    h = np.asarray(_separations(element, p, rows)(kinematics(model, jnp.asarray(q))))
+    h = _separations_at(element, model, p, rows, q)
     owner = np.asarray(owner)
     ties = [element.pair_labels[k] for k in sorted(set(owner.tolist()))
             if np.max(np.abs(h[owner == k])) < TIE * opening * size]
@@ -227,8 +268,7 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
     hinge_cols = np.asarray([c[0] for c in element.tree_creases], int)
     size = float(np.median([np.max(np.linalg.norm(v[:, None] - v[None], axis=-1))
                             for v in np.asarray(p["vertices"])]))
-    ws0 = kinematics(model, jnp.asarray(q0))
-    P0 = np.asarray(element.vertices(ws0, p))
+    _, _, P0, cut_theta = (np.asarray(v) for v in _panels_at(element, model, jnp.asarray(q0), p))
     stacked = stacked_pairs(element, P0, size, within=gap)
     labels = tuple(element.pair_labels[k] for k, _ in stacked)
     th0 = q0[hinge_cols]
@@ -242,7 +282,6 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
     sep = _separations(element, p, rows)
     closures = system.closures
     res_rows = row_index(closures.closures) if closures is not None else np.zeros(0, int)
-    cut_theta = np.asarray(element.geometric_cut_angles(ws0, p))
     cut_flat = np.abs(np.abs(cut_theta) - np.pi) < 1e-6
     cut_sides = jnp.asarray(np.where(cut_flat, np.sign(np.asarray(element.cut_folds) + 1e-300), 0.0))
     tree_flat = np.abs(np.abs(th0) - np.pi) < 1e-6
@@ -275,14 +314,15 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
 
     x = _on_the_closures(x, th0, lambda x: np.asarray(ineq(x)) - margin, lambda x: np.asarray(dineq(x)),
                          None if closures is None else (lambda x: np.asarray(deq(x))), close, tree_flat, max_iter)
-    q = np.asarray(q_of(x))
+    q = np.asarray(q0, float).copy()
+    q[hinge_cols] = x
     if closures is not None:
         q = np.array(assemble(model, closures, q, fixed=hold)[0])
         q[hinge_cols] = np.clip(q[hinge_cols], -math.pi, math.pi)
-    ws = kinematics(model, jnp.asarray(q))
-    h = np.asarray(signs * sep(ws))
+    h = np.asarray(signs) * _separations_at(element, model, p, rows, q)
     owner = np.repeat(np.arange(len(stacked)), [2 * len(X) for _, X in stacked])
-    closure = float(np.max(np.abs(np.asarray(equalities(q[hinge_cols]))))) * size if closures is not None else 0.0
+    closure = float(np.max(np.abs(np.asarray(jax.jit(equalities)(q[hinge_cols]))))) * size \
+        if closures is not None else 0.0
     short = [k for k in range(len(stacked)) if np.min(h[owner == k]) < gap * (1 - 1e-6)]
     closed = max(1e-9, 100 * float(jnp.finfo(jnp.asarray(params['q0']).dtype).eps)) * size   # float32 too
     if short or closure > closed:
@@ -293,7 +333,8 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
             "closures do not let these layers apart (a zero-thickness map fold, for one, opens only along the "
             "fold made last, and its other layers stay touching until that fold is flat); --set contact_stow=0 "
             "starts from the stack as it is, where contact arms each pair once its layers have separated")
-    return Stowed(q, gap, float(np.min(h)), labels, _stacks(element, stacked, np.asarray(element.vertices(ws, p))),
+    return Stowed(q, gap, float(np.min(h)), labels,
+                  _stacks(element, stacked, np.asarray(_panels_at(element, model, jnp.asarray(q), p)[2])),
                   {c[2]: float(q[c[0]] - q0[c[0]]) for c in element.tree_creases}, closure)
 
 
@@ -386,7 +427,7 @@ def _stacks(element, stacked, P) -> tuple:
     valid = np.asarray(element.valid, bool)
     for comp in nx.connected_components(g):
         comp = sorted(comp)
-        n = np.asarray(geo.polygon_normal(jnp.asarray(P[comp[0]]), jnp.asarray(valid[comp[0]])))
+        n = _normals(P, valid)[comp[0]]
         height = {i: float(np.mean(P[i][valid[i]] @ n)) for i in comp}
         out.append(tuple(element.panel_names[i] for i in sorted(comp, key=height.get)))
     return tuple(out)
