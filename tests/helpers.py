@@ -6,9 +6,12 @@ configuration is ``conftest.py``'s).
 * ``random_state``: a random ``(q, qd)`` of a model (MRP parts inside the unit ball).
 * ``random_rotation``, ``random_inertia``, ``random_unit``.
 * ``interrupt_after``: a Ctrl-C after a resumable run's segment.
+* ``counting_compiles``: the XLA compiles (cache reads included) made inside a block.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
@@ -201,3 +204,22 @@ def interrupt_after(monkeypatch, segment: int):
         return counted, seconds
 
     monkeypatch.setattr(resumable, "compile_simulation", compiling)
+
+
+@contextlib.contextmanager
+def counting_compiles():
+    """``with counting_compiles() as compiles:``, a list of the seconds of every XLA
+    compile (persistent-cache reads included) made inside the block, JAX's in-memory
+    caches cleared at its start (so a program compiled by an earlier test counts)."""
+    import jax
+    from jax import monitoring
+
+    compiles = []
+    listener = lambda event, seconds, **kw: compiles.append(seconds) \
+        if event == "/jax/core/compile/backend_compile_duration" else None
+    jax.clear_caches()
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield compiles
+    finally:
+        monitoring.unregister_event_duration_listener(listener)

@@ -576,20 +576,13 @@ def test_building_a_fold_with_contact_compiles_a_handful_of_programs_not_one_per
     compiled programs, reused by a build of the same structure with other numbers: op by
     op they were 722 programs of one operation each, 11-13 s of XLA before fold-2x4's run
     began (the run's own compile reported 8 s)."""
-    from jax import monitoring
+    from helpers import counting_compiles
 
-    compiles = []
-    listener = lambda event, seconds, **kw: compiles.append(seconds) \
-        if event == "/jax/core/compile/backend_compile_duration" else None
-    jax.clear_caches()
-    monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with counting_compiles() as compiles:
         scenarios.get("fold-2x4").make({"contact": 1.0})
         first = len(compiles)
         # the same structure with other numbers: nothing new to compile
         scenarios.get("fold-2x4").make({"contact": 1.0, "K": 0.3, "contact_thickness": 1e-3})
-    finally:
-        monitoring.unregister_event_duration_listener(listener)
     assert 0 < first <= 40 and len(compiles) == first, (first, len(compiles))
 
 

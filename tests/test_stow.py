@@ -153,20 +153,13 @@ def test_a_stow_compiles_a_handful_of_programs_not_one_per_operation():
     programs: op by op, a stow of this 4 x 1 strip compiled 252 programs (5.3 s, nearly
     all of the stow). A second stow of the same structure compiles only its constraint
     functions again (they hold the gap and the layer order as constants)."""
-    from jax import monitoring
+    from helpers import counting_compiles
 
     system, params = _make("map-fold", rows=4.0, cols=1.0)
     gap = 2 * float(params["elements"][0]["dhat"])
-    compiles = []
-    listener = lambda event, seconds, **kw: compiles.append(seconds) \
-        if event == "/jax/core/compile/backend_compile_duration" else None
-    jax.clear_caches()
-    monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with counting_compiles() as compiles:
         first = st.stow(system, params, gap)
         n = len(compiles)
         again = st.stow(system, params, 1.5 * gap)     # other numbers, the same structure
-    finally:
-        monitoring.unregister_event_duration_listener(listener)
     assert 0 < n <= 15 and len(compiles) - n <= 2, (n, len(compiles))
     assert first.pairs == again.pairs and again.min_gap >= 1.5 * gap * (1 - 1e-6)
