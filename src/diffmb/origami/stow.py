@@ -183,14 +183,10 @@ def _rows(rows) -> tuple:
             np.asarray([r[2] for r in rows], int))
 
 
-def _separations(element, p, rows):
-    """``h(ws)``: per row ``(panel a, material point on a, panel b)``, the height of the
-    point above panel b's plane (signed along b's normal)."""
-    a, x, b = _rows(rows)
-    return _heights(element, p, a, jnp.asarray(x), b)
-
-
-def _heights(element, p, a, x, b):
+def _separations(element, p, a, x, b):
+    """``h(ws)``: per row ``(panel a[i], material point x[i] on it, panel b[i])``
+    (:func:`_rows`), the height of the point above panel b's plane (signed along b's
+    normal)."""
     valid = jnp.asarray(np.asarray(element.valid, bool))
 
     def h(ws):
@@ -206,13 +202,14 @@ def _heights(element, p, a, x, b):
 def _separations_at(element, model, p, rows, q) -> np.ndarray:
     """:func:`_separations` at coordinates ``q`` (numpy), one program for any rows of a
     count (the layer order's and the stowed state's)."""
-    a, x, b = _rows(rows)
-    return np.asarray(_heights_at(element, model, p, jnp.asarray(a), jnp.asarray(x), jnp.asarray(b), jnp.asarray(q)))
+    a, x, b = (jnp.asarray(v) for v in _rows(rows))
+    return np.asarray(_separation_program(element, model, p, a, x, b, jnp.asarray(q)))
 
 
 @eqx.filter_jit
-def _heights_at(element, model, p, a, x, b, q):
-    return _heights(element, p, a, x, b)(kinematics(model, q))
+def _separation_program(element, model, p, a, x, b, q):
+    """:func:`_separations` at coordinates ``q``, compiled."""
+    return _separations(element, p, a, x, b)(kinematics(model, q))
 
 
 def layer_order(element, model, q0, p, hinge_cols, size: float, stacked: list, opening: float = OPENING):
@@ -279,7 +276,7 @@ def stow(system, params, gap: float, *, max_iter: int = 200) -> Stowed:
     if ties:
         raise ValueError(f"stow: the creases do not say which of panels {', '.join(ties[:6])} lies on top "
                          "(opening every folded crease does not separate them)")
-    sep = _separations(element, p, rows)
+    sep = _separations(element, p, *_rows(rows))
     closures = system.closures
     res_rows = row_index(closures.closures) if closures is not None else np.zeros(0, int)
     cut_flat = np.abs(np.abs(cut_theta) - np.pi) < 1e-6
@@ -425,9 +422,10 @@ def _stacks(element, stacked, P) -> tuple:
     g.add_edges_from(element.pairs[k] for k, _ in stacked)
     out = []
     valid = np.asarray(element.valid, bool)
+    normals = _normals(P, valid)
     for comp in nx.connected_components(g):
         comp = sorted(comp)
-        n = _normals(P, valid)[comp[0]]
+        n = normals[comp[0]]
         height = {i: float(np.mean(P[i][valid[i]] @ n)) for i in comp}
         out.append(tuple(element.panel_names[i] for i in sorted(comp, key=height.get)))
     return tuple(out)
