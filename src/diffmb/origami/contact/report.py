@@ -31,6 +31,7 @@ def unwrapped(element, theta, valid):
     start = jnp.concatenate([theta[0, :nt], jnp.asarray(np.asarray(element.cut_folds, float), theta.dtype)])
     return s + 2 * jnp.pi * jnp.round((start - s[0]) / (2 * jnp.pi))[None, :]
 
+
 def metrics(element, diagnostics, valid, params):
     out = {}
     if "crease_angle" in diagnostics:
@@ -56,6 +57,7 @@ def metrics(element, diagnostics, valid, params):
     if "contact_overflow" in diagnostics:
         out["contact_overflow"] = jnp.max(jnp.where(valid, diagnostics["contact_overflow"], 0.0))
     return out
+
 
 @eqx.filter_jit
 def summary(element, diagnostics, valid, params, z0):
@@ -84,6 +86,7 @@ def remedy(element, what: str) -> str:
     return ("Contact was on: the barrier acts on armed pairs only, and a stack that starts at gap 0 is "
             "armed once its layers separate (docs/contact.md, 'Stow step'), so round-off (float32) can carry "
             "such layers through first; or the energy rose past the barrier's budget (see the energy)")
+
 
 def check(element, ts, diagnostics, params):
     ts = np.asarray(ts, float)
