@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import equinox as eqx
 import numpy as np
 import pytest
 
@@ -186,7 +187,7 @@ def test_one_step_over_the_whole_motion_is_flagged_suspect(tmp_path):
 def test_only_what_the_physics_conserves_is_checked():
     fold = scenarios.get("fold-4panel")
     assert fold.conserved(fold.resolve({})) == ("energy", "angular_momentum")
-    assert fold.conserved(fold.resolve({"c": "0.01"})) == ("angular_momentum",)  # damped
+    assert fold.conserved(fold.resolve({"c": "0.01"})) == ("energy_falls", "angular_momentum")  # damped
     assert scenarios.get("dual-arm-grasp").conserved({}) == ()  # controlled
     assert scenarios.get("solar-sail-slew").conserved({}) == ()  # torqued
     t = np.linspace(0, 1, 101)
@@ -196,6 +197,11 @@ def test_only_what_the_physics_conserves_is_checked():
                     n_rejected=np.asarray(0), status_code=np.asarray(0), event_mask=np.zeros(1, bool),
                     state_names=("x", "x_dot"), coordinate_names=("x",), solver="rk4")
     assert health.check(tr, ()) == [] and health.check(tr, ("energy",))[0]["kind"] == "energy_jump"
+    # a damped fold's energy may fall at once, not rise: the same jump upwards is flagged
+    assert health.check(tr, ("energy_falls",)) == []
+    gain = eqx.tree_at(lambda x: x.diagnostics, tr, {"energy": e[::-1].copy()})
+    (w,) = health.check(gain, ("energy_falls",))
+    assert w["kind"] == "energy_rise" and w["relative"] == pytest.approx(1.0) and "rose" in w["message"]  # 0.5 -> 1
 
 
 def test_jump_rule_on_series():
@@ -207,6 +213,12 @@ def test_jump_rule_on_series():
     (j,) = health.jumps(t, kicked)
     assert j["t0"] == pytest.approx(t[599]) and j["relative"] == pytest.approx(0.05, rel=1e-2)
     assert health.jumps(t, 1e-12 * np.sin(50 * t)) == []  # round-off level: below the floor
+    # rises alone: a steady loss and a drop are not, a 5 % gain in one interval is
+    assert health.jumps(t, smooth, rises=True) == [] and health.jumps(t, kicked, rises=True) == []
+    gained = smooth.copy()
+    gained[600:] += 0.05
+    (j,) = health.jumps(t, gained, rises=True)
+    assert j["t0"] == pytest.approx(t[599]) and j["relative"] == pytest.approx(0.05, rel=1e-2)
 
 
 @pytest.mark.slow

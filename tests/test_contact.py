@@ -325,7 +325,8 @@ def test_contact_damping_of_any_kind_takes_energy_off_what_a_fold_conserves():
     fold = scenarios.get("fold-2x4")
     assert "energy" in fold.conserved(fold.resolve({"contact": 1.0}))
     for name in ("contact_damping", "contact_crease_damping", "contact_rest_damping"):
-        assert "energy" not in fold.conserved(fold.resolve({"contact": 1.0, name: 0.5}))
+        # contact damping only dissipates: the energy may fall, and a rise is still judged
+        assert fold.conserved(fold.resolve({"contact": 1.0, name: 0.5})) == ("energy_falls", "angular_momentum")
         assert "energy" in fold.conserved(fold.resolve({"contact": 0.0, name: 0.5}))
     with pytest.raises(ValueError, match="contact_rest_damping"):
         fold.make({"contact": 1.0, "contact_rest_damping": -0.5})

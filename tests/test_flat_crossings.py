@@ -108,3 +108,9 @@ def test_sweep_status_is_suspect_only_where_the_physics_conserves_what_jumped():
                       conserved=[("energy",), ("energy",), ("angular_momentum",)])
     assert res.statuses() == ["success", "suspect", "success"]  # member 2 is damped
     assert res.status_counts["suspect"] == 1
+
+    # a damped member's energy may only fall: a rise of it makes the member suspect
+    table |= {"energy_rise": np.array([0.0, 0.0, 0.02])}
+    res = SweepResult(table=table, batch=3, t1=1.0, wall_s=1.0, compile_s=0.0, devices=1, chunks=1,
+                      conserved=[("energy",), ("energy_falls",), ("energy_falls",)])
+    assert res.statuses() == ["success", "success", "suspect"]

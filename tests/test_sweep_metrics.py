@@ -46,6 +46,8 @@ def test_dissipated_energy_and_peak_hinge_rate_equal_the_trajectory(swept):
         qd = np.asarray(tr.xs)[:, [tr.state_names.index("shoulder_dot"), tr.state_names.index("elbow_dot")]]
         assert res.table["peak_hinge_rate"][i] == pytest.approx(np.abs(qd).max(), rel=1e-12)
     assert abs(res.table["energy_dissipated"][0]) < 1e-6 < res.table["energy_dissipated"][1]
+    # the damped chain's energy only falls: no rise, as the trajectory says
+    assert np.diff(np.asarray(runs[1].diagnostics["energy"])).max() < 1e-9 and res.table["energy_rise"][1] == 0.0
 
 
 def test_time_to_final_is_when_the_hinges_stop(swept):

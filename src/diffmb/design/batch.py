@@ -39,6 +39,10 @@ the CLI prints that under its table):
                      the quantity's natural scale, 0 if none (:mod:`diffmb.simulation.health`'s rule);
                      where the member's physics conserves the quantity (``conserved``), a
                      jump makes a member that reached ``t1`` ``suspect``
+``energy_rise``      the largest rise of the energy in one save interval, by the same rule
+                     (0 if none): where every force of the member conserves or dissipates
+                     it (``energy_falls`` in ``conserved``: a damped fold), a rise makes it
+                     ``suspect``
 """
 
 from __future__ import annotations
@@ -94,8 +98,8 @@ MEMORY_SHARE = 0.5
 #: Members of the program compiled to measure one member's footprint (:func:`member_bytes`).
 PROBE_MEMBERS = 256
 
-#: the metric column (``<name>_jump``) of each conserved diagnostic
-_JUMP = {"energy": "energy", "angular_momentum": "momentum"}
+#: the metric column of each conserved diagnostic (and of an energy that may only fall)
+_JUMP = {"energy": "energy_jump", "energy_falls": "energy_rise", "angular_momentum": "momentum_jump"}
 
 
 def default_chunk(devices, member_bytes: float | None = None) -> int:
@@ -149,6 +153,8 @@ METRICS = {
     "momentum_drift": "largest |H - H0| where the physics conserves angular momentum [N m s]",
     "energy_jump": "largest one-interval energy jump, relative to the motion's scale (0: none)",
     "momentum_jump": "largest one-interval momentum jump, relative to the motion's scale (0: none)",
+    "energy_rise": "largest one-interval energy rise, relative to the motion's scale (0: none; a damped "
+                   "member's energy may only fall)",
     "max_crease_angle": "largest crease fold angle, unwrapped from the start [rad] (origami)",
     "crease_overfold": "how far a crease folded past 180 deg beyond the detector's tolerance: its panels pass "
                        "through each other [rad] (0: none; above 0: suspect)",
@@ -220,6 +226,7 @@ def _metrics(tr, flat_tol):
         out["energy_drift"] = jnp.max(jnp.where(valid, rel, 0.0))
         out["energy_dissipated"] = e[0] - _last(e, valid)
         out["energy_jump"] = health.largest_jump(e, valid, tr.diagnostics.get("kinetic_energy"))
+        out["energy_rise"] = health.largest_jump(e, valid, tr.diagnostics.get("kinetic_energy"), rises=True)
     if "angular_momentum" in tr.diagnostics:
         h = tr.diagnostics["angular_momentum"]
         dh = jnp.sqrt(jnp.sum((h - h[:1]) ** 2, -1))
@@ -352,7 +359,7 @@ class SweepResult:
         out = []
         for i, c in enumerate(np.asarray(self.table["status"]).astype(int)):
             kept = self.conserved[i] if i < len(self.conserved) else ()
-            jumped = any(self.table.get(f"{_JUMP[k]}_jump", none)[i] > 0 for k in kept if k in _JUMP)
+            jumped = any(self.table.get(_JUMP[k], none)[i] > 0 for k in kept if k in _JUMP)
             jumped = jumped or any(self.table.get(k, none)[i] > 0 for k in SUSPECT_METRICS)
             name = STATUS_NAMES[int(c)]
             out.append("suspect" if name == "success" and jumped else name)

@@ -270,14 +270,15 @@ def _hinge_defaults(scale):
 def _conserved(values) -> tuple:
     """A free-floating fold conserves angular momentum; its energy too when no hinge
     damps: no viscous ``c``, no tape-spring damping (``hinge`` 1), no end-stop damping,
-    no contact damping."""
+    no contact damping. Each of those only dissipates (no fold is driven), so a damped
+    fold's energy may fall but not rise (``energy_falls``, :func:`diffmb.simulation.health.check`)."""
     damped = (set_anywhere(values, "c") or (values.get("hinge", 0.0) != 0 and values.get("ts_damping", 0.0) != 0)
               or ((values.get("stop", 0.0) != 0 or values.get("latch", -1.0) >= 0)
                   and values.get("stop_c", 0.0) != 0)
               or (values.get("contact", 0.0) == 1.0
                   and any(values.get(k, 0.0) != 0 for k in ("contact_damping", "contact_crease_damping",
                                                              "contact_rest_damping"))))
-    return ("angular_momentum",) if damped else ("energy", "angular_momentum")
+    return ("energy_falls", "angular_momentum") if damped else ("energy", "angular_momentum")
 
 
 def _register_fold(name, description, build, defaults, *, t1, rtol=RTOL, atol=ATOL):

@@ -7,8 +7,10 @@ one save interval. Where the physics conserves the energy (undamped, unforced; f
 tensegrity the energy minus external work) or the angular momentum (free-floating, no
 external torque), a change in one interval that is both large against the run's scale
 and an outlier against the run's own typical interval is an impulse the model does not
-contain. Damped, driven and controlled cases are not checked: a controller switching
-phase or a damped latch capturing changes the energy quickly and rightly.
+contain. Driven and controlled cases are not checked: a controller switching phase
+changes the energy quickly and rightly. Where every force either conserves the energy or
+dissipates it (a damped fold), the energy may fall as fast as it likes (a damped latch
+capturing) but not rise: there only rises are judged (``energy_falls``), by the same rules.
 
 Rules, per save interval ``k`` with change ``d_k`` of the quantity:
 
@@ -42,42 +44,47 @@ MIN_INTERVALS = 5
 FLOOR = 1e-9
 
 
-def flagged(q, valid, natural=None, *, rel=REL):
+def flagged(q, valid, natural=None, *, rel=REL, rises=False):
     """The rule on one series, traceable (the batch path applies it inside a compiled
     sweep): ``q (n, ...)`` saved values, ``valid (n,)`` the rows the run reached (a
-    prefix), ``natural (n,)`` the natural scale if known. Returns ``(d, big, scale)``: the
-    change ``|d_k|`` per interval, whether it is a jump, and the scale it is judged on."""
+    prefix), ``natural (n,)`` the natural scale if known; ``rises``: a scalar series that
+    may only fall, judged on its rises alone (against the typical change either way).
+    Returns ``(d, big, scale)``: the change ``|d_k|`` (a rise, with ``rises``) per
+    interval, whether it is a jump, and the scale it is judged on."""
     q = jnp.asarray(q).reshape(jnp.shape(q)[0], -1)
     valid = jnp.asarray(valid, bool)
     rows = valid[:, None]
     q = jnp.where(rows, q, q[:1])  # unreached rows: no change, no NaN
     iv = valid[1:] & valid[:-1]
     d = jnp.where(iv, jnp.sqrt(jnp.sum(jnp.diff(q, axis=0) ** 2, axis=1)), 0.0)
+    typical = jnp.nanmedian(jnp.where(iv, d, jnp.nan))
+    if rises:
+        d = jnp.where(iv, jnp.maximum(jnp.diff(q[:, 0]), 0.0), 0.0)
     scale = jnp.maximum(jnp.sqrt(jnp.sum(q[0] ** 2)), jnp.max(jnp.sqrt(jnp.sum((q - q[:1]) ** 2, axis=1))))
     if natural is not None:
         scale = jnp.maximum(scale, jnp.max(jnp.where(valid, jnp.abs(jnp.asarray(natural)), 0.0)))
     short = jnp.sum(iv) < MIN_INTERVALS
-    typical = jnp.nanmedian(jnp.where(iv, d, jnp.nan))
     big = (iv & (d > jnp.where(short, REL_SHORT, rel) * scale) & (d > FLOOR) & (scale > 0)
            & (short | (d > OUTLIER * jnp.maximum(typical, np.finfo(float).tiny))))
     return d, big, scale
 
 
-def largest_jump(q, valid, natural=None, *, rel=REL):
+def largest_jump(q, valid, natural=None, *, rel=REL, rises=False):
     """The largest jump relative to its scale (0 when none): :func:`flagged`, reduced."""
-    d, big, scale = flagged(q, valid, natural, rel=rel)
+    d, big, scale = flagged(q, valid, natural, rel=rel, rises=rises)
     return jnp.max(jnp.where(big, d / jnp.where(scale > 0, scale, 1.0), 0.0))
 
 
 #: :func:`flagged` as one program per series shape: the CLI checks every run on the host,
 #: and op by op that compiled some thirty small programs per new length
-_flagged_jit = jax.jit(flagged, static_argnames=("rel",))
+_flagged_jit = jax.jit(flagged, static_argnames=("rel", "rises"))
 
 
-def jumps(ts, q, *, natural=None, rel=REL) -> list[dict]:
+def jumps(ts, q, *, natural=None, rel=REL, rises=False) -> list[dict]:
     """Save intervals where the scalar or vector series ``q(ts)`` jumps (see module doc);
-    ``natural``: the series of its natural scale, if known. Rows with a non-finite time,
-    value or scale are left out.
+    ``natural``: the series of its natural scale, if known; ``rises``: where a scalar
+    series that may only fall rises. Rows with a non-finite time, value or scale are left
+    out.
 
     Returns ``[{"t0", "t1", "change", "relative"}]``, largest first (at most 5).
     """
@@ -91,7 +98,7 @@ def jumps(ts, q, *, natural=None, rel=REL) -> list[dict]:
     if len(ts) < 2:
         return []
     d, big, scale = (np.asarray(a) for a in _flagged_jit(q, np.ones(len(ts), bool),
-                                                    None if natural is None else s, rel=rel))
+                                                    None if natural is None else s, rel=rel, rises=rises))
     idx = np.flatnonzero(big)
     idx = idx[np.argsort(-d[idx])][:5]
     return [{"t0": float(ts[i]), "t1": float(ts[i + 1]), "change": float(d[i]),
@@ -121,10 +128,12 @@ def check(traj, conserved=("energy", "angular_momentum"), *, energy_name: str = 
     """Warnings for a trajectory: jumps of the ``conserved`` diagnostics (``energy``,
     ``angular_momentum``; a scenario's :attr:`~diffmb.scenarios.Scenario.conserved` says
     which its physics conserves: a controller switching phase, a torque switched on, or
-    a latch capturing with damping changes them quickly and rightly). ``stabilization``
+    a latch capturing with damping changes them quickly and rightly), and rises of the
+    energy where ``conserved`` holds ``energy_falls`` (every force conserves or
+    dissipates it). ``stabilization``
     and ``solver`` (the run's) choose the advice in the message (:func:`advice`).
 
-    Each warning is ``{"kind": "energy_jump" | "momentum_jump", "t": ..., "relative": ...,
+    Each warning is ``{"kind": "energy_jump" | "energy_rise" | "momentum_jump", "t": ..., "relative": ...,
     "message": ...}`` for the largest jump of that kind. With ``system`` and its ``params``,
     each of its force elements' own checks follow (panels through each other:
     :meth:`diffmb.tree.force_element.ForceElement.check`).
@@ -133,19 +142,23 @@ def check(traj, conserved=("energy", "angular_momentum"), *, energy_name: str = 
     hint = advice(traj, stabilization, solver or traj.solver)
     out = []
     for key, kind, label, natural in (("energy", "energy_jump", energy_name, "kinetic_energy"),
+                                      ("energy_falls", "energy_rise", energy_name, "kinetic_energy"),
                                       ("angular_momentum", "momentum_jump", "angular momentum",
                                        "momentum_scale")):
-        if key not in tr.diagnostics or key not in conserved:
+        series = "energy" if key == "energy_falls" else key
+        if series not in tr.diagnostics or key not in conserved:
             continue
         scale = tr.diagnostics.get(natural)
         rel = REL_MOMENTUM if key == "angular_momentum" and scale is not None else REL
-        found = jumps(tr.ts, tr.diagnostics[key], natural=scale, rel=rel)
+        found = jumps(tr.ts, tr.diagnostics[series], natural=scale, rel=rel, rises=key == "energy_falls")
         if found:
             j = found[0]
+            what = ("rose" if key == "energy_falls" else "jumped")
+            why = (", though every force of the model conserves or dissipates it" if key == "energy_falls" else "")
             out.append({"kind": kind, "t": j["t1"], "relative": j["relative"],
                         "intervals": len(found),
-                        "message": (f"{label} jumped by {100 * j['relative']:.3g} % of its scale "
-                                    f"between t = {j['t0']:.6g} and {j['t1']:.6g} s, an impulse the "
+                        "message": (f"{label} {what} by {100 * j['relative']:.3g} % of its scale "
+                                    f"between t = {j['t0']:.6g} and {j['t1']:.6g} s{why}, an impulse the "
                                     f"model does not contain; {hint}")})
     if system is not None and params is not None:
         for e, p in zip(getattr(system, "elements", ()), params.get("elements", ()) if isinstance(params, dict)
