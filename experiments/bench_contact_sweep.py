@@ -18,7 +18,7 @@ columns only where some panels share no vertex). Writes ``out/bench_contact_swee
     python experiments/bench_contact_sweep.py --cases map6 --batches 256 --horizon 1
     python experiments/bench_contact_sweep.py --smoke              # seconds, for CI
     python experiments/bench_contact_sweep.py --cases map4 --batches 16 --horizon 1 --adaptive --saveat 1001
-    python experiments/bench_contact_sweep.py --cases map4 --batches 16 --horizon 1 --adaptive --rest-damping 0.5
+    python experiments/bench_contact_sweep.py --cases map4 --batches 16 --horizon 1 --adaptive --rest-damping 0
 
 The cases, their scenarios and the members' ranges are ``bench_batch.py``'s.
 """
@@ -40,7 +40,7 @@ COLUMNS = {0: ("crease_overfold", "panel_overlap"), 1: ("min_crease_margin", "mi
 PAIR_COLUMNS = ("panel_overlap", "min_contact_gap", "contact_overflow")
 
 
-def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=11, rest_damping=0.0):
+def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=11, rest_damping=None):
     import jax
     import numpy as np
 
@@ -48,7 +48,8 @@ def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=
     from diffmb.design.batch import member_values, scenario_batch, sweep
 
     kind, n = _case(name)
-    fixed = ({"contact": float(contact)} | ({"contact_rest_damping": rest_damping} if contact else {})
+    fixed = ({"contact": float(contact)}
+             | ({"contact_rest_damping": rest_damping} if contact and rest_damping is not None else {})
              | ({} if kind == "fold" else {"rows": float(n), "cols": float(n)}))
     members = member_values(RANGES[kind], fixed, batch, sample="random", seed=0)
     scenario = scenarios.get(SCENARIOS[kind])
@@ -96,8 +97,9 @@ def main(argv=None):
     ap.add_argument("--adaptive", action="store_true",
                     help="the scenario's default run (projection + Dopri5) instead of RK4 at --dt")
     ap.add_argument("--saveat", type=int, default=11, help="save points per member (a sweep's default: 1001)")
-    ap.add_argument("--rest-damping", type=float, default=0.0,
-                    help="contact_rest_damping of the members with contact (a damping ratio)")
+    ap.add_argument("--rest-damping", type=float, default=None,
+                    help="contact_rest_damping of the members with contact (a damping ratio; default: the "
+                         "scenarios' default)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (CI)")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench_contact_sweep.json"))
     a = ap.parse_args(argv)

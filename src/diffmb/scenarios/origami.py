@@ -44,7 +44,7 @@ import numpy as np
 
 from ..formats.fold import load_fold
 from ..origami import build, map_fold
-from ..origami.contact import PSI_HAT, ContactOptions
+from ..origami.contact import PSI_HAT, REST_DAMPING, ContactOptions
 from ..origami.generators import miura, scheel
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
@@ -173,12 +173,12 @@ def hinge_set(pattern, v):
 #: the default stiffnesses; ``contact_psi`` [rad] and ``contact_dhat`` [m, 0: 1e-3 of the
 #: panel size] the barriers' reaches; ``contact_thickness`` [m]; ``contact_damping``
 #: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping;
-#: ``contact_rest_damping`` the damping ratio of a crease resting past flat; ``contact_stow``: 0
+#: ``contact_rest_damping`` the damping ratio of a crease resting past flat (0: elastic); ``contact_stow``: 0
 #: starts from the pattern's stack as it is, ``G > 0`` from the nearest closed state whose
 #: stacked layers are ``thickness + G dhat`` apart (:func:`stowed`).
 CONTACT_DEFAULTS = {"contact": 0.0, "contact_kappa": 1.0, "contact_psi": PSI_HAT, "contact_dhat": 0.0,
                     "contact_thickness": 0.0, "contact_damping": 0.0, "contact_crease_damping": 0.0,
-                    "contact_rest_damping": 0.0, "contact_stow": 0.0}
+                    "contact_rest_damping": REST_DAMPING, "contact_stow": 0.0}
 
 
 def contact_options(v) -> ContactOptions:
@@ -196,7 +196,7 @@ def contact_options(v) -> ContactOptions:
                           psi_hat=v.get("contact_psi", PSI_HAT), dhat=dhat if dhat > 0 else None,
                           thickness=v.get("contact_thickness", 0.0), damping=v.get("contact_damping", 0.0),
                           crease_damping=v.get("contact_crease_damping", 0.0),
-                          rest_damping=v.get("contact_rest_damping", 0.0))
+                          rest_damping=v.get("contact_rest_damping", REST_DAMPING))
 
 
 def stowed(system, params, v):
@@ -276,8 +276,8 @@ def _conserved(values) -> tuple:
               or ((values.get("stop", 0.0) != 0 or values.get("latch", -1.0) >= 0)
                   and values.get("stop_c", 0.0) != 0)
               or (values.get("contact", 0.0) == 1.0
-                  and any(values.get(k, 0.0) != 0 for k in ("contact_damping", "contact_crease_damping",
-                                                             "contact_rest_damping"))))
+                  and any(values.get(k, CONTACT_DEFAULTS[k]) != 0
+                          for k in ("contact_damping", "contact_crease_damping", "contact_rest_damping"))))
     return ("energy_falls", "angular_momentum") if damped else ("energy", "angular_momentum")
 
 

@@ -19,6 +19,7 @@ from .rule import (
            DHAT_RELATIVE,
            MIN_BUDGET,
            PSI_HAT,
+           REST_DAMPING,
            certified_margin,
            certified_margins,
            certified_reach,
@@ -30,7 +31,7 @@ from .rule import (
 )
 
 __all__ = ["ARMING_BITS", "CAPACITY", "CREASE_TOLERANCE", "DETECT_CAPACITY", "DHAT_RELATIVE", "DIAGNOSED_PAIRS",
-           "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "ContactOptions", "PanelContact",
+           "MIN_BUDGET", "OVERLAP_TOLERANCE", "PSI_HAT", "REST_DAMPING", "ContactOptions", "PanelContact",
            "certified_margin", "certified_margins", "certified_reach", "check_panels", "check_start",
            "crease_inertias", "crease_rest_damping", "crease_rest_stiffness", "crease_stiffness", "cut_branches",
            "free_panels", "inradius", "panel_contact",

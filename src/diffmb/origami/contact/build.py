@@ -17,7 +17,7 @@ import numpy as np
 
 from .element import PanelContact
 from .report import CREASE_TOLERANCE, OVERLAP_TOLERANCE
-from .rule import DHAT_RELATIVE, MIN_BUDGET, PSI_HAT
+from .rule import DHAT_RELATIVE, MIN_BUDGET, PSI_HAT, REST_DAMPING
 
 #: Candidate pairs evaluated exactly per evaluation (the rest: a lower bound, counted).
 CAPACITY = 256
@@ -31,7 +31,8 @@ class ContactOptions:
     reaches and the panels' thickness offset; ``damping`` [N s/m], ``crease_damping``
     [N m s/rad]: contact damping that only dissipates (zero outside the reach);
     ``rest_damping``: the damping ratio of a crease resting past flat on Tier A's soft
-    term, at its inertia (:func:`.rule.crease_rest_damping`; 0: undamped)."""
+    term, at its inertia (:func:`.rule.crease_rest_damping`; :data:`.rule.REST_DAMPING` by
+    default; 0: elastic)."""
 
     forces: bool = True
     kappa_scale: float = 1.0
@@ -40,7 +41,7 @@ class ContactOptions:
     thickness: float = 0.0
     damping: float = 0.0
     crease_damping: float = 0.0
-    rest_damping: float = 0.0
+    rest_damping: float = REST_DAMPING
     capacity: int = CAPACITY
 
     def check(self):

@@ -24,6 +24,12 @@ PSI_HAT = 1e-3
 DHAT_RELATIVE = 1e-3
 #: The least energy budget [J] of the default stiffnesses (a structure at rest, unloaded).
 MIN_BUDGET = 1e-9
+#: Default damping ratio of a crease resting past flat (:func:`crease_rest_damping`).
+#: Undamped, a stacked crease pressed into Tier A's rest term rings at its contact
+#: frequency and an adaptive solver resolves every period; at 0.5 the ringing ends within
+#: about a period (the 4x4 map fold's first second: 193 steps undamped, 96 at 0.35, 92 at
+#: 0.5, 111 at 0.7, 146 at 1; 51 without contact). 0: the elastic model (``docs/contact.md``).
+REST_DAMPING = 0.5
 
 
 def rest_depth(p):
