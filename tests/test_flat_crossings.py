@@ -10,7 +10,7 @@ import pytest
 
 import diffmb
 from diffmb import scenarios
-from diffmb.design.batch import SweepResult, sweep_scenario
+from diffmb.design.batch import SweepResult, assemble, sweep_scenario
 from diffmb.simulation import health
 
 #: fold-4panel's member from the paper (sec. 4.2): panel j passes through flat at t = 9.985 s
@@ -114,3 +114,15 @@ def test_sweep_status_is_suspect_only_where_the_physics_conserves_what_jumped():
     res = SweepResult(table=table, batch=3, t1=1.0, wall_s=1.0, compile_s=0.0, devices=1, chunks=1,
                       conserved=[("energy",), ("energy_falls",), ("energy_falls",)])
     assert res.statuses() == ["success", "success", "suspect"]
+
+
+
+def test_a_chunk_kept_from_before_a_column_existed_reads_nan_there():
+    """A sweep store's chunk written before ``energy_rise`` existed resumes beside new
+    chunks: the column is NaN for its members (not a jump), the others' values kept."""
+    old = {"status": np.zeros(2, np.int32), "energy_jump": np.zeros(2)}
+    new = {"status": np.zeros(2, np.int32), "energy_jump": np.zeros(2), "energy_rise": np.array([0.0, 0.3])}
+    res = assemble({0: old, 1: new}, batch=4, chunk=2, t1=1.0, wall_s=1.0, compile_s=0.0, devices=1,
+                   conserved=[("energy_falls",)] * 4, resumed=(0,))
+    assert np.isnan(res.table["energy_rise"][:2]).all() and list(res.table["energy_rise"][2:]) == [0.0, 0.3]
+    assert res.statuses() == ["success", "success", "success", "suspect"]

@@ -510,7 +510,11 @@ def assemble(pieces: dict, *, batch: int, chunk: int, t1, wall_s, compile_s, dev
     if not order:  # stopped before any chunk came back
         table, index = {"status": np.zeros(0, np.int32)}, np.zeros(0, int)
     else:
-        table = {k: np.concatenate([pieces[n][k] for n in order]) for k in pieces[order[0]]}
+        # a chunk a store kept from an earlier version may lack a newer column: NaN there
+        names = dict.fromkeys(k for n in order for k in pieces[n])
+        table = {k: np.concatenate([np.asarray(pieces[n][k]) if k in pieces[n]
+                                    else np.full(len(pieces[n]["status"]), np.nan) for n in order])
+                 for k in names}
         index = np.concatenate([np.arange(n * chunk, min((n + 1) * chunk, batch)) for n in order])
     members, conserved = list(members or []), list(conserved or [])
     return SweepResult(table=table, batch=len(index), t1=float(t1), wall_s=wall_s, compile_s=compile_s,
