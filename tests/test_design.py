@@ -195,8 +195,11 @@ def test_data_round_trip_and_errors(tmp_path, pendulum_data):
         read_data(tmp_path / "missing.csv", system)
 
 
-def test_data_length_unit_checked_against_the_model(tmp_path):
-    system, _, _ = get("fold-4panel").make()
+@pytest.mark.parametrize("contact", ["0", "1"])
+def test_data_length_unit_checked_against_the_model(tmp_path, contact):
+    """The tree's coordinates keep their kinds with contact's own states after them."""
+    system, _, _ = get("fold-4panel").make({"contact": contact})
+    assert bool(system.elements[0].state_names) == (contact == "1")
     p = tmp_path / "hub.csv"
     p.write_text("t,r_free_x [mm]\n0,1\n0.1,2\n")
     with pytest.raises(ValueError, match=r"'r_free_x': unit mismatch: 'mm' given, .* length coordinate is in m"):

@@ -58,11 +58,14 @@ class Data:
 
 
 def state_tree(system):
-    """The tree :class:`~diffmb.tree.model.Model` whose ``[q; qd]`` is exactly ``system``'s
-    state (a :class:`~diffmb.system.TreeSystem`), else ``None``."""
+    """The tree :class:`~diffmb.tree.model.Model` whose ``[q; qd]`` begins ``system``'s
+    state (a :class:`~diffmb.system.TreeSystem`; its force elements' own states, a contact
+    element's cut-crease angles and budget, may follow), else ``None``."""
     models = system.tree_models
-    if len(models) == 1 and tuple(system.state_names) == models[0].coordinate_names + models[0].velocity_names:
-        return models[0]
+    if len(models) == 1:
+        tree = models[0].coordinate_names + models[0].velocity_names
+        if tuple(system.state_names[: len(tree)]) == tree:
+            return models[0]
     return None
 
 
@@ -80,9 +83,9 @@ def unit_kinds(system) -> dict:
         kq += per.get(kind, ())
         kv += vel.get(kind, ())
     names = tuple(system.state_names)
-    if len(kq) + len(kv) != len(names):
+    if len(kq) + len(kv) > len(names):
         return {}
-    return dict(zip(names, kq + kv))
+    return dict(zip(names, kq + kv))   # (an element's own states after the tree's: kind unknown)
 
 
 def _parse_header(path, header, state_names, kinds, sensor_units=None):
