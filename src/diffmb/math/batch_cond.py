@@ -8,12 +8,18 @@ branch: batched, it runs the expensive branch for the whole batch, masked, only 
 member takes it, and the cheap one otherwise. Its derivatives are ``lax.cond``'s, in
 forward and reverse mode (a batch of derivatives selects, as ``vmap`` of ``lax.cond``
 does).
+
+In the accelerator form of a program (:func:`~diffmb.math.spatial.contraction_form`
+``"device"``) it is a select of both branches instead: on a GPU a conditional reads its
+predicate back to the host, a round trip per call that the form exists to remove.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from .spatial import contraction_form
 
 
 def cond_any(pred, true_fn, false_fn, operand):
@@ -22,6 +28,10 @@ def cond_any(pred, true_fn, false_fn, operand):
     value) only when ``any(pred)``. The branches must take everything traced through
     ``operand`` (closing over a traced value is an error in the batch rule), and return
     arrays of the same structure."""
+
+    if contraction_form() == "device":
+        a, b = true_fn(operand), false_fn(operand)
+        return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
     def plain(pred, operand):
         return jax.lax.cond(pred, true_fn, false_fn, operand)
