@@ -65,7 +65,8 @@ def _case(name):
 def _members(kind, n, batch, seed=0):
     from diffmb.design.batch import member_values
 
-    fixed = {} if kind == "fold" else {"rows": float(n), "cols": float(n)}
+    # the paper's model (contact off), as MJX runs it and as the fixed RK4 steps resolve it
+    fixed = {"contact": 0.0} | ({} if kind == "fold" else {"rows": float(n), "cols": float(n)})
     return member_values(RANGES[kind], fixed, batch, sample="random", seed=seed)
 
 

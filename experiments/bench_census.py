@@ -47,7 +47,8 @@ def _system(case, members):
         n = float(case.lstrip("mapiur"))
         name, fixed = kind, {"rows": n, "cols": n}
     ranges = {"K": (0.05, 0.2), "c": (0.0, 0.05)} if case == "fold4" else {"K": (0.005, 0.02), "c": (0.0, 0.01)}
-    vals = member_values(ranges, fixed, members, sample="random", seed=0)
+    # the paper's model (contact off): the census's history is of its program
+    vals = member_values(ranges, {"contact": 0.0, **fixed}, members, sample="random", seed=0)
     return scenario_batch(get(name), vals, "baumgarte")
 
 

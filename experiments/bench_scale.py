@@ -54,7 +54,8 @@ def _scenario(kind, n):
     from diffmb.scenarios import get
 
     sc = get("map-fold" if kind == "map" else "miura")
-    return sc, sc.resolve({"rows": float(n), "cols": float(n)})
+    # the paper's model (contact off), as MuJoCo runs it
+    return sc, sc.resolve({"rows": float(n), "cols": float(n), "contact": 0.0})
 
 
 def worker_diffmb(kind, n, stab, horizon, dt, factor="auto"):
