@@ -186,8 +186,11 @@ def test_one_step_over_the_whole_motion_is_flagged_suspect(tmp_path):
 
 def test_only_what_the_physics_conserves_is_checked():
     fold = scenarios.get("fold-4panel")
-    assert fold.conserved(fold.resolve({})) == ("energy", "angular_momentum")
-    assert fold.conserved(fold.resolve({"c": "0.01"})) == ("energy_falls", "angular_momentum")  # damped
+    assert fold.conserved(fold.resolve({"contact": "0"})) == ("energy", "angular_momentum")  # the paper's
+    assert fold.conserved(fold.resolve({"contact": "0", "c": "0.01"})) == ("energy_falls", "angular_momentum")
+    # contact, on by default, damps a crease resting past flat; elastic, it conserves
+    assert fold.conserved(fold.resolve({})) == ("energy_falls", "angular_momentum")
+    assert fold.conserved(fold.resolve({"contact_rest_damping": "0"})) == ("energy", "angular_momentum")
     assert scenarios.get("dual-arm-grasp").conserved({}) == ()  # controlled
     assert scenarios.get("solar-sail-slew").conserved({}) == ()  # torqued
     t = np.linspace(0, 1, 101)
@@ -221,12 +224,31 @@ def test_jump_rule_on_series():
     assert j["t0"] == pytest.approx(t[599]) and j["relative"] == pytest.approx(0.05, rel=1e-2)
 
 
+@pytest.mark.slow  # a 10 s RK4 run (~8 s)
+def test_a_fixed_step_run_with_contact_that_diverges_says_why(tmp_path):
+    """The paper's fold-4panel member under its RK4 at 1 ms with contact on (the default):
+    where crease j reaches flat the barrier stops it faster than a step spans, and the run
+    diverges; the trajectory up to then is kept and a warning says what helps (with
+    contact off the same run ends ``suspect``: test_health)."""
+    out = tmp_path / "o"
+    assert cli.main(["run", "fold-4panel", "--solver", "rk4", "--stabilization", "baumgarte",
+                     "--set", "K=0.19749114882187768", "--set", "c=0.049163716273959226", "--out", str(out),
+                     "--json", str(out / "r.json"), "--no-plot", "--quiet"]) == 1   # diverged: exit 1
+    r = json.loads((out / "r.json").read_text())
+    assert r["status"] == "diverged"
+    (w,) = [w for w in r["warnings"] if w["kind"] == "contact_fixed_step"]
+    assert 9.98 < w["t"] < 10.0 and "--solver dopri5" in w["message"] and "--set contact=0" in w["message"]
+    traj, _ = Trajectory.load(out / "fold-4panel.npz")
+    assert np.isfinite(np.asarray(traj.trimmed().xs)).all() and float(traj.trimmed().ts[-1]) > 9.9
+
+
 @pytest.mark.slow
 def test_fold_2x4_paper_settings_jump_at_the_flat_crossing_is_flagged():
     """Fulton & Schaub's 2x4 fold (no damping, a = 40) drives panel 7 through flat near
-    t = 20.06 s; the energy of this undamped, unforced system jumps there."""
+    t = 20.06 s; the energy of this undamped, unforced system jumps there (the paper's
+    model: contact off)."""
     sc = scenarios.get("fold-2x4")
-    system, params, values = sc.make({}, "baumgarte")
+    system, params, values = sc.make({"contact": "0"}, "baumgarte")
     assert sc.conserved(values) == ("energy", "angular_momentum")
     tr = diffmb.simulate(system, t1=21.0, dt=1e-3, params=params, saveat=21001)
     warnings = health.check(tr, sc.conserved(values))

@@ -363,7 +363,7 @@ def test_the_4x4_map_fold_is_suspect_without_contact():
     181 deg within 10 s); the detector names them. A short run shows it (with contact:
     :func:`test_one_default_rule_keeps_every_origami_case_clean`)."""
     sc = scenarios.get("map-fold")
-    system, params, _ = sc.make({"rows": "4", "cols": "4"})
+    system, params, _ = sc.make({"rows": "4", "cols": "4", "contact": "0"})
     tr = diffmb.simulate(system, params=params, t1=1.0, solver="dopri5", rtol=1e-10, atol=1e-12, saveat=101)
     warnings = health.check(tr, (), system=system, params=params)
     kinds = {w["kind"] for w in warnings}
@@ -422,16 +422,18 @@ def test_one_default_rule_keeps_every_origami_case_clean(name, values, t1, cross
 
 @pytest.mark.slow  # ~12 s (two builds of fold-2x4's programs); the default job's detector tests run contact off
 def test_contact_off_is_the_papers_model_bit_for_bit():
-    """``contact=0``: the detector reports, the equations are the paper's exactly."""
+    """``--set contact=0`` (contact is on by default): the detector reports, the equations
+    are the paper's exactly, as built without any contact element."""
     from diffmb.scenarios.origami import PATTERNS, _gains
 
     sc = scenarios.get("fold-4panel")
     v = sc.resolve({})
+    assert v["contact"] == 1.0
     plain, _ = build(PATTERNS["fold-4panel"](v), stabilization="projection", baumgarte=_gains(v))
-    detected, _ = build(PATTERNS["fold-4panel"](v), stabilization="projection", baumgarte=_gains(v),
-                        contact=ContactOptions(forces=False))
+    detected, params, _ = sc.make({"contact": "0"})
+    assert not detected.elements[0].forces
     a = diffmb.simulate(plain, t1=0.5, solver="dopri5", rtol=1e-10, atol=1e-12, saveat=11)
-    b = diffmb.simulate(detected, t1=0.5, solver="dopri5", rtol=1e-10, atol=1e-12, saveat=11)
+    b = diffmb.simulate(detected, params=params, t1=0.5, solver="dopri5", rtol=1e-10, atol=1e-12, saveat=11)
     assert np.array_equal(np.asarray(a.xs), np.asarray(b.xs))
     assert "crease_angle" in b.diagnostics and "crease_angle" not in a.diagnostics
 

@@ -72,7 +72,10 @@ def fold_run(fold_cli):
 def test_an_origami_runs_summary_has_its_panels_line(fold_cli):
     """The detector's line in the summary a user reads (its text: test_cli_robustness)."""
     (line,) = [ln for ln in fold_cli[2].splitlines() if ln.startswith("panels ")]
-    assert "largest crease 180 deg" in line and "contact off (--set contact=1 keeps panels apart)" in line
+    # contact on by default: the creases' least margin to their barriers' end, and what
+    # the energy certifies (the detector's text with contact off: test_cli_robustness)
+    assert "largest crease 180 deg" in line and "contact on: least gap inf (no armed pair)" in line
+    assert "least crease margin 0.001 rad" in line and "certified by the energy" in line
 
 
 def test_the_npz_diffmb_run_writes_is_a_record(fold_run):

@@ -27,10 +27,11 @@ def _run_defaults(name, overrides=None, **kw):
 
 
 def _crosses_flat_cleanly(name):
-    """Undamped: energy to 1e-6, angular momentum to 1e-9 of the bodies' momenta, and
-    the health check silent."""
+    """Undamped hinges: energy to 1e-6, angular momentum to 1e-9 of the bodies' momenta,
+    and the health check silent. (Contact, on by default, damps only a crease resting past
+    folded flat, which no crease here does: the energy is held to 1e-6 all the same.)"""
     sc, values, tr = _run_defaults(name)
-    assert sc.conserved(values) == ("energy", "angular_momentum")
+    assert values["contact"] == 1.0 and sc.conserved(values) == ("energy_falls", "angular_momentum")
     assert tr.status == "success"
     s = tr.summary()
     assert s["energy"]["max_rel_change"] < 1e-6

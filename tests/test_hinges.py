@@ -167,8 +167,8 @@ def test_scenario_hinge_options_validate():
     with pytest.raises(ValueError, match="hinge"):
         sc.make({"hinge": 2})
     # a deployment latch 0.2 rad past flat, opposite each hinge's fold; without damping
-    # the scenario still declares energy conserved
-    v = {"hinge": 1.0, "latch": 0.2, "stop_k": 20.0, "stop_c": 0.0}
+    # the scenario still declares energy conserved (contact's resting creases elastic)
+    v = {"hinge": 1.0, "latch": 0.2, "stop_k": 20.0, "stop_c": 0.0, "contact_rest_damping": 0.0}
     system, params, _ = sc.make(v, None)
     stop, fold = params["forcing"]["stop"], np.sign(np.asarray(params["q0"])[list(system.tau_fn.indices)])
     assert set(fold) == {-1.0, 1.0}  # folds both ways: both latch sides are built
@@ -226,7 +226,7 @@ def test_latch_strike_conserves_energy_and_the_smooth_switch_integrates_better()
     sc = scenarios.get("fold-4panel")
     drift = {}
     for w in (0.01, 0.0):
-        v = {"hinge": 1.0, "latch": 0.2, "stop_k": 20.0, "stop_c": 0.0, "stop_width": w}
+        v = {"hinge": 1.0, "latch": 0.2, "stop_k": 20.0, "stop_c": 0.0, "stop_width": w, "contact": 0.0}
         assert "energy" in sc.conserved(sc.resolve(v))
         system, params, _ = sc.make(v, None)
         tr = diffmb.simulate(system, params=params, t1=10.0, dt=1e-3, saveat=101)

@@ -169,14 +169,14 @@ def hinge_set(pattern, v):
 
 
 #: The contact parameters every origami scenario takes (``docs/contact.md``): ``contact``
-#: 1 on, 0 the paper's model (the detector still reports); ``contact_kappa`` a factor on
+#: 1 on (the default), 0 the paper's model (the detector still reports); ``contact_kappa`` a factor on
 #: the default stiffnesses; ``contact_psi`` [rad] and ``contact_dhat`` [m, 0: 1e-3 of the
 #: panel size] the barriers' reaches; ``contact_thickness`` [m]; ``contact_damping``
 #: [N s/m] and ``contact_crease_damping`` [N m s/rad] contact damping;
 #: ``contact_rest_damping`` the damping ratio of a crease resting past flat (0: elastic); ``contact_stow``: 0
 #: starts from the pattern's stack as it is, ``G > 0`` from the nearest closed state whose
 #: stacked layers are ``thickness + G dhat`` apart (:func:`stowed`).
-CONTACT_DEFAULTS = {"contact": 0.0, "contact_kappa": 1.0, "contact_psi": PSI_HAT, "contact_dhat": 0.0,
+CONTACT_DEFAULTS = {"contact": 1.0, "contact_kappa": 1.0, "contact_psi": PSI_HAT, "contact_dhat": 0.0,
                     "contact_thickness": 0.0, "contact_damping": 0.0, "contact_crease_damping": 0.0,
                     "contact_rest_damping": REST_DAMPING, "contact_stow": 0.0}
 
