@@ -204,6 +204,25 @@ def test_cut_join_slit_edge_only_and_one_panel_files_load():
         load_fold(crossing)
 
 
+def test_a_file_with_a_panel_that_is_not_convex_runs_with_contact_off_and_says_so(tmp_path):
+    """Contact, on by default, models convex panels only: a file whose panel has a slit
+    loads all the same, contact off for it, and a note names the panel."""
+    from diffmb.scenarios.origami import fold_scenario
+
+    path = tmp_path / "slit.fold"
+    path.write_text(json.dumps({"vertices_coords": [[0, 0], [2, 0], [2, 2], [0, 2], [1, 1]],
+                                "faces_vertices": [[0, 1, 2, 4, 2, 3]],
+                                "edges_vertices": [[0, 1], [1, 2], [2, 3], [3, 0], [2, 4]],
+                                "edges_assignment": ["B", "B", "B", "B", "C"]}))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        system, _, values = fold_scenario(str(path)).make({})
+    notes = [str(w.message) for w in seen if issubclass(w.category, PatternNote)]
+    assert any(n.startswith("contact off: panel ") and "is not convex (a slit or a reflex corner)" in n
+               for n in notes), notes
+    assert values["contact"] == 1.0 and not system.elements[0].forces
+
+
 # ------------------------------------------------------------------ the start state
 
 

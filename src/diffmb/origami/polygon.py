@@ -26,6 +26,18 @@ def polygon_area(v: np.ndarray) -> float:
     return abs(polygon_signed_area(v))
 
 
+def polygon_is_convex(v: np.ndarray) -> bool:
+    """Whether a planar polygon (vertices in order, either way round, z = 0) turns one way
+    at every vertex and once round in all: no reflex corner, and no slit into it (a slit
+    doubles back on itself, a half turn that the signs of the turns alone do not see)."""
+    e = np.roll(v, -1, axis=0)[:, :2] - v[:, :2]
+    f = np.roll(e, -1, axis=0)
+    turn = np.arctan2(e[:, 0] * f[:, 1] - e[:, 1] * f[:, 0], np.sum(e * f, -1))
+    tol = 1e-9
+    one_way = np.all(turn >= -tol) or np.all(turn <= tol)
+    return bool(one_way and np.all(np.abs(turn) < np.pi - tol) and abs(abs(turn.sum()) - 2 * np.pi) < 1e-6)
+
+
 def plate_inertia(v: np.ndarray, mass: float) -> np.ndarray:
     """Inertia about the centroid of a uniform thin polygonal plate (fan triangulation)."""
     c = polygon_centroid(v)

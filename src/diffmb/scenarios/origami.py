@@ -35,6 +35,7 @@ Loop-closed (cut) creases carry no hinge torque, for the linear springs as for t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import warnings
@@ -48,6 +49,7 @@ from ..origami.contact import PSI_HAT, REST_DAMPING, ContactOptions
 from ..origami.generators import miura, scheel
 from ..origami.hinges import hinge_indices, make_hinges
 from ..origami.pattern import CreasePattern
+from ..origami.polygon import polygon_is_convex
 from ..origami.start_state import CLOSURE_TOL, PatternNote
 from ..origami.stow import stow
 from .files import existing
@@ -411,6 +413,20 @@ def start_options(source: str) -> tuple:
     return parts[0], opts
 
 
+def _convex_or_off(pattern, options: ContactOptions) -> ContactOptions:
+    """Contact for a pattern from a file, off with a note where a panel is not convex (a
+    slit, a reflex corner): contact models convex panels only, and a file that loads
+    without contact should load with it on by default too."""
+    bent = [p.name for p in pattern.panels if not polygon_is_convex(np.asarray(p.vertices, float))]
+    if not (options.forces and bent):
+        return options
+    warnings.warn(f"contact off: panel{'s' if len(bent) > 1 else ''} {', '.join(map(str, bent))} "
+                  f"{'are' if len(bent) > 1 else 'is'} not convex (a slit or a reflex corner), which contact "
+                  "does not model; the panel detector still reports (split the panels into convex ones for contact)",
+                  PatternNote, stacklevel=3)
+    return dataclasses.replace(options, forces=False)
+
+
 def fold_scenario(path, *, frame=None, fold=None, drive=None) -> Scenario:
     """An ad-hoc scenario for a FOLD or SVG crease pattern (``diffmb run pattern.fold``),
     named after the file's stem. Parameters: ``density`` [kg/m^2], ``K`` [N m/rad], ``c``
@@ -421,7 +437,8 @@ def fold_scenario(path, *, frame=None, fold=None, drive=None) -> Scenario:
 
     def make(v, stabilization):
         pattern = load_pattern(path, v, frame=frame, fold=fold, drive=drive)
-        system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v), contact=contact_options(v))
+        system, _ = build(pattern, stabilization=stabilization, baumgarte=_gains(v),
+                          contact=_convex_or_off(pattern, contact_options(v)))
         return system, stowed(system, system.default_params(), v)
 
     stem = os.path.splitext(os.path.basename(path))[0] or "fold"

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..polygon import polygon_is_convex
 from .element import PanelContact
 from .report import CREASE_TOLERANCE, OVERLAP_TOLERANCE
 from .rule import DHAT_RELATIVE, MIN_BUDGET, PSI_HAT, REST_DAMPING
@@ -80,7 +81,7 @@ def check_panels(panels: dict, options: ContactOptions) -> None:
         return
     for n, panel in panels.items():
         v = np.asarray(panel.vertices, float)
-        if not _convex(v):
+        if not polygon_is_convex(v):
             raise ValueError(f"contact: panel {n!r} is not convex; split it into convex panels "
                              f"(or --set contact=0)")
         if options.thickness >= inradius(v):
@@ -114,12 +115,6 @@ def check_start(system, element: PanelContact, params) -> None:
         pair = element.pair_labels[int(d["panel_overlap_pair"])]
         raise ValueError(f"contact: the start state has panels {pair} passing through each other "
                          f"({float(d['panel_overlap']):.3g} m deep)")
-
-
-def _convex(v: np.ndarray) -> bool:
-    e = np.roll(v, -1, axis=0) - v
-    z = np.cross(e, np.roll(e, -1, axis=0))[:, 2]
-    return bool(np.all(z >= -1e-12 * np.abs(z).max()) or np.all(z <= 1e-12 * np.abs(z).max()))
 
 
 def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, cut_creases, hinge_axis,
