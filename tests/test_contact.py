@@ -877,13 +877,14 @@ def test_the_pairs_arming_flags_packed_into_states_read_back_exactly_in_float32_
     assert float(ones[0]) == 2.0**ARMING_BITS - 1
 
 
-def test_the_step_control_averages_the_error_over_the_states_that_move():
-    """The arming flags and the energy budget have no rate, so the error norm leaves
-    them out: the norm of an error that is 0 on them is the RMS over the other states,
-    where diffrax's RMS over the whole state would be smaller by sqrt(moving / all)."""
+def test_the_step_control_weighs_the_error_of_the_tree_states_alone():
+    """The arming flags and the energy budget have no rate, and the cut creases' angles
+    only pick each crease's branch: the error norm is the RMS over the tree's states,
+    where diffrax's RMS over the whole state would be smaller by sqrt(weighed / all) (the
+    steps this saves: test_flat_crossings, fold-2x4's README run)."""
     import optimistix as optx
 
-    from diffmb.simulation.integrate import _MovingStatesNorm
+    from diffmb.simulation.integrate import _weighed_states, _WeighedStatesNorm
 
     sc = scenarios.get("map-fold")
     system, params, _ = sc.make({"contact": 1.0, "rows": 4, "cols": 4})
@@ -891,17 +892,18 @@ def test_the_step_control_averages_the_error_over_the_states_that_move():
     own = system.model.nq + system.model.nv
     x = np.asarray(system.init_state(params)).copy()
     x[system.model.nq:own] = np.random.default_rng(0).normal(size=system.model.nv)   # speeds: the creases turn
-    rate = np.asarray(system.vector_field(0.0, jnp.asarray(x), params))   # moving: the cut creases' rates are not 0
-    constant = own + np.asarray(e.constant_states)
-    assert len(constant) == -(-len(e.pairs) // ARMING_BITS) + 1
-    np.testing.assert_array_equal(rate[constant], 0.0)
-    assert len(e.cut_creases) and np.all(rate[own:own + len(e.cut_creases)] != 0.0)
+    rate = np.asarray(system.vector_field(0.0, jnp.asarray(x), params))
+    n_cut = len(e.cut_creases)
+    assert n_cut and len(e.state_names) == n_cut + -(-len(e.pairs) // ARMING_BITS) + 1
+    np.testing.assert_array_equal(rate[own + n_cut:], 0.0)        # flags and budget: no rate
+    assert np.all(rate[own:own + n_cut] != 0.0)                    # the branch angles move
+    weighed = _weighed_states(system)
+    assert weighed == tuple(range(own))
     n = len(system.state_names)
-    moving = np.setdiff1d(np.arange(n), constant)
-    err = np.zeros(n)
-    err[moving] = np.random.default_rng(1).normal(size=len(moving))
-    norm = _MovingStatesNorm(float(np.sqrt(n / len(moving))))
-    np.testing.assert_allclose(float(norm(jnp.asarray(err))), np.sqrt(np.mean(err[moving] ** 2)), rtol=1e-14)
+    err = np.random.default_rng(1).normal(size=n)
+    norm = _WeighedStatesNorm(weighed)
+    np.testing.assert_allclose(float(norm(jnp.asarray(err))), np.sqrt(np.mean(err[:own] ** 2)), rtol=1e-14)
+    err[own:] = 0.0
     assert float(optx.rms_norm(jnp.asarray(err))) < 0.97 * float(norm(jnp.asarray(err)))
 
 

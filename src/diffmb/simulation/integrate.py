@@ -703,9 +703,8 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
         return _GridSteps(grid), _snap_to_grid(ts, grid, t0, dt0)
     if fixed:
         return dfx.ConstantStepSize(), ts
-    constant = sum(len(e.constant_states) for e in getattr(system, "elements", ()))
-    norm = {"norm": _MovingStatesNorm(math.sqrt(len(system.state_names) / (len(system.state_names) - constant)))} \
-        if constant else {}
+    weighed = _weighed_states(system)
+    norm = {"norm": _WeighedStatesNorm(weighed)} if len(weighed) < len(system.state_names) else {}
     controller = dfx.PIDController(
         rtol=run.rtol, atol=run.atol, dtmin=(t1 - t0) * 1e-13, force_dtmin=False,
         jump_ts=system.jump_times(params), **norm,
@@ -713,16 +712,31 @@ def _step_control(run, system, params, t0, t1, dt0, ts):
     return (_LimitedSteps(controller, system) if system.limits_steps else controller), ts
 
 
-class _MovingStatesNorm(eqx.Module):
-    """The RMS of a step's scaled error over the states that move: diffrax's RMS over the
-    whole state, times ``sqrt(all / moving)`` (:attr:`~diffmb.tree.force_element.ForceElement.constant_states`
-    carry no error; averaged in, they loosened the tolerance: contact's arming flags the
-    20x20 map fold's 2.0 times, and 8.2 times while each pair had a state of its own)."""
+def _weighed_states(system) -> tuple:
+    """Indices of the states a step's error norm weighs: all but the force elements'
+    :attr:`~diffmb.tree.force_element.ForceElement.unweighted_states` (each element's own
+    states follow the tree's, in the elements' order)."""
+    elements = getattr(system, "elements", ())
+    n = len(system.state_names)
+    start, left = n - sum(len(e.state_names) for e in elements), set()
+    for e in elements:
+        left |= {start + i for i in e.unweighted_states}
+        start += len(e.state_names)
+    return tuple(i for i in range(n) if i not in left)
 
-    factor: float = eqx.field(static=True)
+
+class _WeighedStatesNorm(eqx.Module):
+    """The RMS of a step's scaled error over the states it weighs (:func:`_weighed_states`).
+    Contact's arming flags carry no error; averaged in, they loosened the tolerance (the
+    20x20 map fold's 2.0 times, and 8.2 times while each pair had a state of its own).
+    An augmented state (backsolve's adjoint) is weighed whole."""
+
+    weighed: tuple = eqx.field(static=True)
 
     def __call__(self, y):
-        return optx.rms_norm(jax.tree.map(lambda a: a * self.factor, y))
+        if isinstance(y, jax.Array) and y.ndim == 1 and y.shape[0] > max(self.weighed):
+            return optx.rms_norm(y[np.asarray(self.weighed)])
+        return optx.rms_norm(y)
 
 
 class _LimitedSteps(dfx.AbstractAdaptiveStepSizeController):

@@ -61,11 +61,12 @@ class ForceElement(eqx.Module):
         return ()
 
     @property
-    def constant_states(self) -> tuple:
-        """Indices of the own states whose rate is always zero (switched only at step
-        ends, or constant): they carry no integration error, so the step-size control's
-        error norm leaves them out instead of averaging zeros in (which loosens the
-        tolerance by the square root of the states' share). ``()`` by default."""
+    def unweighted_states(self) -> tuple:
+        """Indices of the own states the step-size control's error norm leaves out: those
+        whose rate is always zero (switched only at step ends, or constant), which carry
+        no integration error (averaged in, their zeros loosen the tolerance by the square
+        root of their share), and those whose error does not matter to the motion.
+        ``()`` by default."""
         return ()
 
     def init_states(self, model, ws, params, energy):
