@@ -86,9 +86,12 @@ def point_polygon_distance(p, V, valid):
     return jnp.where(inside, jnp.abs(height), jnp.min(to_edges))
 
 
-def _segments(p1, q1, p2, q2):
+def segment_nearest(p1, q1, p2, q2):
     """``(d, s, t)``: the distance between the segments ``p1 q1`` and ``p2 q2`` and the
-    parameters of its nearest points ``p1 + s (q1 - p1)``, ``p2 + t (q2 - p2)``."""
+    parameters of its nearest points ``p1 + s (q1 - p1)``, ``p2 + t (q2 - p2)``.
+    Differentiated through the search (its clamps and selections): the nearest points'
+    motion, which a contact force's moment arm needs; :func:`segment_distance` is the
+    distance alone, with the envelope theorem's derivative."""
     d1, d2, r = q1 - p1, q2 - p2, p1 - p2
     a, e = _dot(d1, d1), _dot(d2, d2)
     f, c, b = _dot(d2, r), _dot(d1, r), _dot(d1, d2)
@@ -115,14 +118,14 @@ def segment_distance(p1, q1, p2, q2):
     and in-plane motions segments make; its derivative is formed from the nearest points,
     not traced back through the search for them (a fraction of the program autodiff
     would build). 0 at ``d = 0``, where no direction is defined."""
-    return _segments(p1, q1, p2, q2)[0]
+    return segment_nearest(p1, q1, p2, q2)[0]
 
 
 @segment_distance.defjvp
 def _segment_distance_jvp(primals, tangents):
     p1, q1, p2, q2 = primals
     dp1, dq1, dp2, dq2 = tangents
-    d, s, t = _segments(p1, q1, p2, q2)
+    d, s, t = segment_nearest(p1, q1, p2, q2)
     c1, c2 = p1 + s[..., None] * (q1 - p1), p2 + t[..., None] * (q2 - p2)
     u = (c1 - c2) / jnp.where(d > 0.0, d, 1.0)[..., None]
     dc1 = dp1 + s[..., None] * (dq1 - dp1)

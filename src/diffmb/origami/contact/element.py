@@ -158,12 +158,6 @@ class PanelContact(ForceElement):
         E, r = self._poses(ws)
         return r[:, None, :] + jnp.einsum("pji,pkj->pki", E, p["vertices"])
 
-    def _vertex_velocities(self, ws, P):
-        b = np.asarray(self.panel_body)
-        vel = jnp.where((b < 0)[:, None], 0.0, ws.vel[np.maximum(b, 0)])
-        w, v = vel[:, :3], vel[:, 3:]
-        return v[:, None, :] + jnp.cross(w[:, None, :], P)
-
     def _cut_geometry(self, ws, p):
         """Per cut crease: the world crease axis (oriented so a positive angle lifts panel
         b off panel a's +z side) and both panels' normals."""
@@ -283,16 +277,47 @@ class PanelContact(ForceElement):
         min_gap = jnp.min(jnp.where((a > 0) & (w > 0), gap, jnp.inf))
         return energy, min_gap, overflow, (a, w, gap)
 
-    def _panel_dissipation(self, P, V, z, p):
-        """Rayleigh's function ``1/2 c w(d) d_dot^2`` over the primitives within reach
-        (``w`` rising from 0 at the reach to 1 at contact): its gradient in the vertex
-        velocities ``V`` is the damping force, which only dissipates."""
-        def gaps(P):
-            return self._panel_terms(P, z, p)[3]
-
-        (a, w, gap), (_, _, gap_dot) = jax.jvp(gaps, (P,), (V,))
-        x = jnp.clip(1.0 - gap / p["dhat"], 0.0, 1.0)
-        return 0.5 * p["damping"] * jnp.sum(a * w * x * x * (3.0 - 2.0 * x) * gap_dot**2)
+    def _panel_wrenches(self, ws, P, z, p, bound):
+        """Tier B's wrench on every panel, ``(moment, force)`` about the world origin,
+        ``(n_panels, 3)`` each: the barrier's push ``-kappa a w b'(d)`` of each candidate
+        pair's primitive along its nearest points' direction, at those points
+        (:func:`.pairs.pair_primitives`; by the envelope theorem the exact gradient of
+        :meth:`_panel_terms`' energy for rigid panels), the couples of the mollified
+        edge-edge weights, and with ``damped`` Rayleigh's ``1/2 c w(d) d_dot^2`` (``w`` rising
+        from 0 at the reach to 1 at contact), whose force only dissipates."""
+        dtype = P.dtype
+        armed = self._armed(z, dtype)
+        idx = self._candidates(bound, armed)
+        I, J = self._pair_index()
+        ii, jj = I[idx], J[idx]
+        m = self._mask()
+        Pi, Pj = pr.rows(P, ii), pr.rows(P, jj)
+        d, w, ci, cj, couple = jax.vmap(pr.pair_primitives)(Pi, m[ii], Pj, m[jj])
+        gap = d - p["thickness"]
+        a = armed[idx][:, None]
+        kappa = panel_stiffness(p, self._budget(z))
+        b, slope = jax.jvp(lambda g: br.barrier(g, p["dhat"]), (gap,), (jnp.ones_like(gap),))
+        u = (ci - cj) / jnp.where(d > 0.0, d, 1.0)[..., None]
+        push = -kappa * a * w * slope                       # >= 0: panel i along u, j against it
+        if self.damped:
+            body = np.asarray(self.panel_body)
+            vel = jnp.where((body < 0)[:, None], 0.0, ws.vel[np.maximum(body, 0)])
+            at = lambda v, c: v[:, None, 3:] + jnp.cross(v[:, None, :3], c)   # a body point's velocity
+            gap_dot = jnp.sum(u * (at(pr.rows(vel, ii), ci) - at(pr.rows(vel, jj), cj)), -1)
+            x = jnp.clip(1.0 - gap / p["dhat"], 0.0, 1.0)
+            push = push - p["damping"] * a * w * x * x * (3.0 - 2.0 * x) * gap_dot
+        F = push[..., None] * u
+        fi = jnp.sum(F, 1)
+        # the edge-edge weights turn with the edges: an internal couple
+        turn = jnp.sum((kappa * a * b)[:, -couple.shape[1]:, None] * couple, 1)
+        mi = jnp.sum(jnp.cross(ci, F), 1) + turn
+        mj = -jnp.sum(jnp.cross(cj, F), 1) - turn
+        fj = -fi
+        # onto the panels by one-hot products (a scatter-add is a loop on a CPU)
+        n = len(self.panel_names)
+        hot = lambda k: (k[:, None] == jnp.arange(n, dtype=k.dtype)[None, :]).astype(dtype)
+        Hi, Hj = hot(ii), hot(jj)
+        return Hi.T @ mi + Hj.T @ mj, Hi.T @ fi + Hj.T @ fj
 
     # ------------------------------------------------------------------ the element
     def energy(self, model, ws, z, p):
@@ -340,13 +365,9 @@ class PanelContact(ForceElement):
 
         # Both branches take what they use as operands (cond_any: a sweep's members pay for
         # the exact distances only while some member is within reach).
-        def panel_forces(o):
+        def panel_wrenches(o):
             ws, z, p, bound, P = o
-            f = -jax.grad(lambda P: self._panel_terms(P, z, p, bound)[0])(P)
-            if self.damped:
-                V = self._vertex_velocities(ws, P)
-                f = f - jax.grad(lambda V: self._panel_dissipation(P, V, z, p))(V)
-            return f
+            return self._panel_wrenches(ws, P, z, p, bound)
 
         def through_the_tree(o):
             model, ws, z, p, g, bound, P, touching = o
@@ -359,11 +380,12 @@ class PanelContact(ForceElement):
                 onto = pr.onto(model.n_bodies, ia) - pr.onto(model.n_bodies, ib)
                 moment = moment + jnp.asarray(onto, ws.pos.dtype) @ (g[nt:, None] * u)
             if self.pairs:   # the exact distances only while an armed pair is within reach
-                f = cond_any(touching, panel_forces, lambda o: jnp.zeros_like(o[4]), (ws, z, p, bound, P))
-                # a panel on the world takes its reaction there
                 onto = jnp.asarray(pr.onto(model.n_bodies, np.asarray(self.panel_body)), ws.pos.dtype)
-                moment = moment + onto @ jnp.sum(jnp.cross(P, f), 1)
-                force = force + onto @ jnp.sum(f, 1)
+                zero = lambda o: (jnp.zeros((len(self.panel_names), 3), o[4].dtype),) * 2
+                pm, pf = cond_any(touching, panel_wrenches, zero, (ws, z, p, bound, P))
+                # a panel on the world takes its reaction there
+                moment = moment + onto @ pm
+                force = force + onto @ pf
             F = jnp.concatenate([moment, force], 1)
             return rnea.generalized_forces(model, ws, F)
 

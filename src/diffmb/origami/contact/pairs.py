@@ -40,17 +40,12 @@ def pair_bounds(P, mask, radius, I, J):
     return jnp.maximum(sphere, jnp.maximum(plane, plane.T))[I, J]
 
 
-def pair_distances(Pi, mi, Pj, mj):
-    """The 24 (quad-quad) primitive distances of one pair and their weights: each
-    polygon's vertices against the other polygon (:func:`~diffmb.math.geometry.point_polygon_distance`),
-    and the edge-edge pairs mollified.
-
-    Every segment distance of the pair in one batch: the 16 edge-edge pairs and, for the
-    vertices beside the other polygon's face, the 2 x 4 x 4 vertex-edge pairs (a vertex
-    is a segment of zero length). The nearest-point search is traced once, where a
-    vertex-face search of its own, with its own derivative rule, doubled the tracing (the
-    10x10 map fold's panel forces alone: 0.35 -> 0.18 s to lower, 0.88 -> 0.75 s with
-    XLA's compile)."""
+def _segment_batch(Pi, mi, Pj, mj):
+    """The pair's segments in one batch, and which vertices lie over the other face:
+    ``(inside, height, (p1, q1, p2, q2))``. Rows ``r < k^2``: edge ``r // k`` of ``Pi``
+    against edge ``r % k`` of ``Pj``; then, side ``a`` (0: ``Pi``'s vertices against
+    ``Pj``'s edges, 1: the reverse) and vertex ``v``, ``k`` rows against the other side's
+    edges ``e`` (a vertex is a segment of zero length)."""
     k = Pi.shape[0]
     ai, bi = geo.edges(Pi, mi)
     aj, bj = geo.edges(Pj, mj)
@@ -58,24 +53,84 @@ def pair_distances(Pi, mi, Pj, mj):
     Va, Vb, Vm = jnp.stack([aj, ai]), jnp.stack([bj, bi]), jnp.stack([mj, mi])   # ... and the other's edges
     inside, height = jax.vmap(lambda X, V, m: jax.vmap(lambda x: geo.face_side(x, V, m))(X))(
         X, jnp.stack([Pj, Pi]), Vm)
-    # segments: edge i of Pi against edge j of Pj; vertex v of a side against edge e of the other
     rep = lambda A: jnp.repeat(A, k, axis=-2)                  # row r -> r // k
     til = lambda A: jnp.tile(A, (1,) * (A.ndim - 2) + (k, 1))   # row r -> r % k
     p1 = jnp.concatenate([rep(ai), rep(X).reshape(-1, 3)])
     q1 = jnp.concatenate([rep(bi), rep(X).reshape(-1, 3)])
     p2 = jnp.concatenate([til(aj), til(Va).reshape(-1, 3)])
     q2 = jnp.concatenate([til(bj), til(Vb).reshape(-1, 3)])
-    seg = jax.vmap(geo.segment_distance)(p1, q1, p2, q2)
+    return inside, height, (p1, q1, p2, q2)
+
+
+def _edge_terms(Pi, mi, Pj, mj):
+    """The edge-edge primitives' weights ``(k^2,)`` (IPC's mollifier of ``x = |ei x ej|^2``
+    against ``eps = 1e-3 |ei|^2 |ej|^2``, which takes a pair of nearly parallel edges out
+    smoothly, where their nearest points stop being unique; 0 for padded edges), and the
+    couple ``(k^2, 3)`` on panel ``i`` per unit energy on the weight, ``-ei x dw/dei``:
+    the weight turns with the edges' relative angle, ``ei x dx/dei = -2 (ei . ej) ei x
+    ej`` (``eps`` is unchanged by a rotation), and panel ``j`` takes the opposite couple."""
+    ai, bi = geo.edges(Pi, mi)
+    aj, bj = geo.edges(Pj, mj)
+    ei = jnp.repeat(bi - ai, Pi.shape[0], axis=0)              # row r: edge r // k of Pi ...
+    ej = jnp.tile(bj - aj, (Pj.shape[0], 1))                  # ... against edge r % k of Pj
+    c = jnp.cross(ei, ej)
+    x = jnp.sum(c * c, -1)
+    eps = 1e-3 * jnp.sum(ei * ei, -1) * jnp.sum(ej * ej, -1) + 1e-300
+    on = (mi[:, None] & mj[None, :]).reshape(-1).astype(Pi.dtype)
+    slope = jnp.where(x < eps, 2.0 - 2.0 * x / eps, 0.0)   # dw/dx eps
+    couple = (on * slope * 2.0 * jnp.sum(ei * ej, -1) / eps)[:, None] * c
+    return br.mollifier(x, eps) * on, couple
+
+
+def _weights(Pi, mi, Pj, mj):
+    return jnp.concatenate([mi.astype(Pi.dtype), mj.astype(Pi.dtype), _edge_terms(Pi, mi, Pj, mj)[0]])
+
+
+def pair_distances(Pi, mi, Pj, mj):
+    """The 24 (quad-quad) primitive distances of one pair and their weights: each
+    polygon's vertices against the other polygon (:func:`~diffmb.math.geometry.point_polygon_distance`),
+    and the edge-edge pairs mollified (:func:`_edge_terms`).
+
+    Every segment distance of the pair in one batch (:func:`_segment_batch`): the 16
+    edge-edge pairs and, for the vertices beside the other polygon's face, the 2 x 4 x 4
+    vertex-edge pairs. The nearest-point search is traced once, where a vertex-face
+    search of its own, with its own derivative rule, doubled the tracing (the 10x10 map
+    fold's panel forces alone: 0.35 -> 0.18 s to lower, 0.88 -> 0.75 s with XLA's
+    compile)."""
+    k = Pi.shape[0]
+    inside, height, seg = _segment_batch(Pi, mi, Pj, mj)
+    seg = jax.vmap(geo.segment_distance)(*seg)
     d_ee, to_edges = seg[:k * k], seg[k * k:].reshape(2, k, k)
     sides = jnp.where(inside, jnp.abs(height), jnp.min(to_edges, -1))
-    ei, ej = bi - ai, bj - aj
-    cross2 = jnp.sum(jnp.cross(ei[:, None, :], ej[None, :, :]) ** 2, -1)
-    eps = 1e-3 * jnp.sum(ei * ei, -1)[:, None] * jnp.sum(ej * ej, -1)[None, :] + 1e-300
-    moll = br.mollifier(cross2, eps)
+    return jnp.concatenate([sides.reshape(-1), d_ee]), _weights(Pi, mi, Pj, mj)
+
+
+def pair_primitives(Pi, mi, Pj, mj):
+    """:func:`pair_distances`' distances and weights with each primitive's nearest points,
+    ``ci`` on ``Pi`` and ``cj`` on ``Pj`` (``(2k + k^2, 3)`` each, ``|ci - cj| = d``), and
+    the edge-edge weights' couples (:func:`_edge_terms`): a primitive's barrier force
+    acts along ``ci - cj`` at those points, which by the envelope theorem (the nearest
+    points held fixed) is its energy's exact gradient for the rigid motions panels make.
+    A vertex over the other face meets its projection onto that face's plane; one beside
+    it, the nearest point of the nearest edge."""
+    k = Pi.shape[0]
+    inside, height, (p1, q1, p2, q2) = _segment_batch(Pi, mi, Pj, mj)
+    seg, s, t = jax.vmap(geo.segment_nearest)(p1, q1, p2, q2)
+    c1 = p1 + s[:, None] * (q1 - p1)
+    c2 = p2 + t[:, None] * (q2 - p2)
+    d_ee, to_edges = seg[:k * k], seg[k * k:].reshape(2, k, k)
+    nearest = (jnp.argmin(to_edges, -1)[..., None] == jnp.arange(k)[None, None, :]).astype(Pi.dtype)   # (side, vertex, edge)
+    on_edge = jnp.einsum("ave,avej->avj", nearest, c2[k * k:].reshape(2, k, k, 3))
+    X = jnp.stack([Pi, Pj])
+    n = jnp.stack([geo.polygon_normal(Pj, mj), geo.polygon_normal(Pi, mi)])   # the other side's face
+    other = jnp.where(inside[..., None], X - height[..., None] * n[:, None, :], on_edge)   # (side, vertex, 3)
+    sides = jnp.where(inside, jnp.abs(height), jnp.min(to_edges, -1))
     d = jnp.concatenate([sides.reshape(-1), d_ee])
-    w = jnp.concatenate([mi.astype(d.dtype), mj.astype(d.dtype),
-                         (moll * (mi[:, None] & mj[None, :]).astype(d.dtype)).reshape(-1)])
-    return d, w
+    ci = jnp.concatenate([Pi, other[1], c1[:k * k]])
+    cj = jnp.concatenate([other[0], Pj, c2[:k * k]])
+    w_ee, couple = _edge_terms(Pi, mi, Pj, mj)
+    w = jnp.concatenate([mi.astype(Pi.dtype), mj.astype(Pi.dtype), w_ee])
+    return d, w, ci, cj, couple
 
 
 def overlaps(P, mask, I, J, shrink, bound, capacity: int):
