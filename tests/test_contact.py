@@ -997,7 +997,6 @@ def test_tier_bs_wrench_at_the_nearest_points_is_the_gradient_of_its_energy(damp
     x0 = system.init_state(params)
     z = system.element_states(x0)[0]
     q0, _ = system.split(x0)
-    m = e._mask()
 
     def reference(P, V, bound):
         f = -jax.grad(lambda P: e._panel_terms(P, z, p, bound)[0])(P)

@@ -119,7 +119,8 @@ def pair_primitives(Pi, mi, Pj, mj):
     c1 = p1 + s[:, None] * (q1 - p1)
     c2 = p2 + t[:, None] * (q2 - p2)
     d_ee, to_edges = seg[:k * k], seg[k * k:].reshape(2, k, k)
-    nearest = (jnp.argmin(to_edges, -1)[..., None] == jnp.arange(k)[None, None, :]).astype(Pi.dtype)   # (side, vertex, edge)
+    # (side, vertex, edge): 1 at the vertex's nearest edge
+    nearest = (jnp.argmin(to_edges, -1)[..., None] == jnp.arange(k)[None, None, :]).astype(Pi.dtype)
     on_edge = jnp.einsum("ave,avej->avj", nearest, c2[k * k:].reshape(2, k, k, 3))
     X = jnp.stack([Pi, Pj])
     n = jnp.stack([geo.polygon_normal(Pj, mj), geo.polygon_normal(Pi, mi)])   # the other side's face
