@@ -115,7 +115,7 @@ def pair_primitives(Pi, mi, Pj, mj):
     it, the nearest point of the nearest edge."""
     k = Pi.shape[0]
     inside, height, (p1, q1, p2, q2) = _segment_batch(Pi, mi, Pj, mj)
-    seg, s, t = jax.vmap(geo.segment_nearest)(p1, q1, p2, q2)
+    seg, s, t = geo.segment_nearest(p1, q1, p2, q2)   # elementwise over the rows
     c1 = p1 + s[:, None] * (q1 - p1)
     c2 = p2 + t[:, None] * (q2 - p2)
     d_ee, to_edges = seg[:k * k], seg[k * k:].reshape(2, k, k)
