@@ -54,22 +54,25 @@ def _unit(v):
 
 
 def polygon_normal(V, valid):
-    """Unit normal of a planar polygon (Newell's method: the right-hand rule of its order)."""
-    W = jnp.where(valid[:, None], V, V[0][None, :])
-    nxt = jnp.roll(W, -1, axis=0)
-    n = jnp.sum(jnp.cross(W, nxt), 0)
+    """Unit normal of a planar polygon (Newell's method: the right-hand rule of its order).
+    Leading axes of ``V (..., k, 3)`` and ``valid (..., k)`` are polygons side by side."""
+    W = jnp.where(valid[..., None], V, V[..., :1, :])
+    nxt = jnp.roll(W, -1, axis=-2)
+    n = jnp.sum(jnp.cross(W, nxt), -2)
     return _unit(n)
 
 
 def face_side(p, V, valid):
     """``(inside, height)``: whether the point ``p`` projects onto the polygon's face
     (within every real edge's inward half-plane) and its signed height above the face's
-    plane along :func:`polygon_normal`."""
+    plane along :func:`polygon_normal`. Leading axes broadcast, at equal rank: points
+    ``p (..., 3)`` against polygons ``V (..., k, 3)`` (a polygon's axis of size 1 takes
+    many points)."""
     n = polygon_normal(V, valid)
     W, nxt = edges(V, valid)
-    inward = jnp.cross(n[None, :], nxt - W)          # in-plane, pointing inside (right-hand order)
-    inside = jnp.all(jnp.where(valid, _dot(p[None, :] - W, inward) >= 0.0, True))
-    return inside, _dot(p - W[0], n)
+    inward = jnp.cross(n[..., None, :], nxt - W)          # in-plane, pointing inside (right-hand order)
+    inside = jnp.all(jnp.where(valid, _dot(p[..., None, :] - W, inward) >= 0.0, True), -1)
+    return inside, _dot(p - W[..., 0, :], n)
 
 
 def point_polygon_distance(p, V, valid):
@@ -136,11 +139,12 @@ def _segment_distance_jvp(primals, tangents):
 def edges(V, valid):
     """``(start, end)`` of the polygon's outline edges, edge ``i`` from vertex ``i`` to the
     next real one (the last real vertex closes the outline to vertex 0); the padded rows
-    (``valid`` False) are zero-length edges at vertex 0."""
-    W = jnp.where(valid[:, None], V, V[0][None, :])
-    nxt = jnp.roll(W, -1, axis=0)
-    edge_ok = valid & jnp.roll(valid, -1)
-    return W, jnp.where(edge_ok[:, None], nxt, W[0][None, :])
+    (``valid`` False) are zero-length edges at vertex 0. Leading axes: polygons side by
+    side."""
+    W = jnp.where(valid[..., None], V, V[..., :1, :])
+    nxt = jnp.roll(W, -1, axis=-2)
+    edge_ok = valid & jnp.roll(valid, -1, axis=-1)
+    return W, jnp.where(edge_ok[..., None], nxt, W[..., :1, :])
 
 
 def _extent(u, V, valid):

@@ -268,7 +268,7 @@ class PanelContact(ForceElement):
         I, J = self._pair_index()
         ii, jj = I[idx], J[idx]
         m = self._mask()
-        d, w = jax.vmap(pr.pair_distances)(pr.rows(P, ii), m[ii], pr.rows(P, jj), m[jj])
+        d, w = pr.pair_distances(pr.rows(P, ii), m[ii], pr.rows(P, jj), m[jj])
         gap = d - p["thickness"]
         a = armed[idx][:, None]
         energy = panel_stiffness(p, self._budget(z)) * jnp.sum(a * w * br.barrier(gap, p["dhat"]))
@@ -292,7 +292,7 @@ class PanelContact(ForceElement):
         ii, jj = I[idx], J[idx]
         m = self._mask()
         Pi, Pj = pr.rows(P, ii), pr.rows(P, jj)
-        d, w, ci, cj, couple = jax.vmap(pr.pair_primitives)(Pi, m[ii], Pj, m[jj])
+        d, w, ci, cj, couple = pr.pair_primitives(Pi, m[ii], Pj, m[jj])
         gap = d - p["thickness"]
         a = armed[idx][:, None]
         kappa = panel_stiffness(p, self._budget(z))
@@ -647,7 +647,7 @@ class PanelContact(ForceElement):
         i, j = I[pick], J[pick]
         # apart, two convex polygons are nearest at a vertex-face or an edge-edge pair;
         # an edge through the other's face is what the overlap depth measures
-        d = jnp.min(jax.vmap(pr.pair_distances)(P[i], m[i], P[j], m[j])[0], -1)
+        d = jnp.min(pr.pair_distances(P[i], m[i], P[j], m[j])[0], -1)
         exact = jnp.where(depth > 0.0, -depth, d) - p["thickness"]
         gap = (bound - p["thickness"]).at[pick].set(exact)
         out["gap"] = out["gap"].at[I].min(gap).at[J].min(gap)
