@@ -179,3 +179,33 @@ def test_distance_derivatives_by_the_nearest_point_match_central_differences(sha
         x = jnp.asarray(x)
         np.testing.assert_allclose(grad(x), s_fd(steps, x), atol=1e-9)
         np.testing.assert_allclose(hess(x), gs_fd(steps, x), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_a_pairs_primitives_side_by_side_equal_one_pair_at_a_time_and_stay_finite(dtype):
+    """Tier B's narrow phase takes pairs side by side (leading axes) instead of a vmap over
+    them: the same distances, weights, nearest points and couples as one pair at a time.
+    Every primitive's nearest points lie its distance apart. A triangle padded to four
+    vertices (a zero-length edge) tilted inside the mollifier's angle over a square keeps
+    every output finite in float32 too, where the mollifier's 1e-300 underflows to 0."""
+    from diffmb.origami.contact import pairs as pr
+
+    tri = jnp.array([[0.1, 0.1, 0.02], [0.8, 0.1, 0.02], [0.1, 0.8, 0.02005], [0.1, 0.8, 0.02005]])
+    mt = jnp.array([True, True, True, False])
+    sq = _square(0.5, 0.5, 0.5)
+    far = _square(2.5, 0.3, 0.4, 0.3)
+    Pi = jnp.stack([tri, far, sq]).astype(dtype)
+    mi = jnp.stack([mt, MASK, MASK])
+    Pj = jnp.stack([sq, sq, tri]).astype(dtype)
+    mj = jnp.stack([MASK, MASK, mt])
+    together = jax.jit(pr.pair_primitives)(Pi, mi, Pj, mj)
+    alone = jax.jit(jax.vmap(pr.pair_primitives))(Pi, mi, Pj, mj)
+    for a, b in zip(together, alone):
+        assert a.dtype == dtype and np.all(np.isfinite(np.asarray(a)))
+        np.testing.assert_allclose(a, b, rtol=1e-12 if dtype == jnp.float64 else 1e-5, atol=1e-12)
+    d, w, ci, cj, couple = (np.asarray(a, np.float64) for a in together)
+    np.testing.assert_allclose(np.linalg.norm(ci - cj, axis=-1), d, atol=1e-12 if dtype == jnp.float64 else 1e-6)
+    dd, ww = pr.pair_distances(Pi, mi, Pj, mj)
+    np.testing.assert_allclose(dd, d, atol=1e-12 if dtype == jnp.float64 else 1e-6)
+    np.testing.assert_array_equal(ww, w)
+    assert np.any(np.abs(couple) > 0)                       # the tilted edge lies within the mollifier's angle

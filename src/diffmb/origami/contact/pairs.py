@@ -82,13 +82,16 @@ def _edge_terms(Pi, mi, Pj, mj):
     x = jnp.sum(c * c, -1)
     eps = 1e-3 * jnp.sum(ei * ei, -1) * jnp.sum(ej * ej, -1) + 1e-300
     on = (mi[..., :, None] & mj[..., None, :]).reshape(mi.shape[:-1] + (-1,)).astype(Pi.dtype)
-    slope = jnp.where(x < eps, 2.0 - 2.0 * x / eps, 0.0)   # dw/dx eps
-    couple = (on * slope * 2.0 * jnp.sum(ei * ej, -1) / eps)[..., None] * c
+    # (eps is 0 for a padded edge in float32, where 1e-300 underflows: divided only where
+    # the mollifier acts)
+    safe = jnp.where(x < eps, eps, 1.0)
+    slope = jnp.where(x < eps, 2.0 - 2.0 * x / safe, 0.0)   # dw/dx eps
+    couple = (on * slope * 2.0 * jnp.sum(ei * ej, -1) / safe)[..., None] * c
     return br.mollifier(x, eps) * on, couple
 
 
-def _weights(Pi, mi, Pj, mj, w_ee):
-    return jnp.concatenate([mi.astype(Pi.dtype), mj.astype(Pi.dtype), w_ee], -1)
+def _weights(mi, mj, w_ee):
+    return jnp.concatenate([mi.astype(w_ee.dtype), mj.astype(w_ee.dtype), w_ee], -1)
 
 
 def _sides(inside, height, to_edges):
@@ -115,7 +118,7 @@ def pair_distances(Pi, mi, Pj, mj):
     seg = geo.segment_distance(*seg)                           # elementwise over the rows
     d_ee, to_edges = seg[..., :k * k], seg[..., k * k:].reshape(seg.shape[:-1] + (2, k, k))
     d = jnp.concatenate([_sides(inside, height, to_edges), d_ee], -1)
-    return d, _weights(Pi, mi, Pj, mj, _edge_terms(Pi, mi, Pj, mj)[0])
+    return d, _weights(mi, mj, _edge_terms(Pi, mi, Pj, mj)[0])
 
 
 def pair_primitives(Pi, mi, Pj, mj):
@@ -142,7 +145,7 @@ def pair_primitives(Pi, mi, Pj, mj):
     ci = jnp.concatenate([Pi, other[..., 1, :, :], c1[..., :k * k, :]], -2)
     cj = jnp.concatenate([other[..., 0, :, :], Pj, c2[..., :k * k, :]], -2)
     w_ee, couple = _edge_terms(Pi, mi, Pj, mj)
-    return d, _weights(Pi, mi, Pj, mj, w_ee), ci, cj, couple
+    return d, _weights(mi, mj, w_ee), ci, cj, couple
 
 
 def overlaps(P, mask, I, J, shrink, bound, capacity: int):
