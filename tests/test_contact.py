@@ -267,7 +267,7 @@ def test_a_hinged_panel_slapped_into_its_crease_limit_rebounds():
     assert float(tr.x_final[1]) == pytest.approx(-omega, rel=1e-6)
     p = params["elements"][0]
     # into the reach, never past half of the certified barrier's (the energy's bound)
-    assert np.pi < np.max(theta) < np.pi + float(p["psi_hat"]) - 0.5 * float(certified_reach(p)) + 1e-12
+    assert np.pi < np.max(theta) < np.pi + float(p["psi_hat"]) - 0.5 * float(certified_reach(p)[0]) + 1e-12
     # at the default damping ratio of a resting crease (0.5) it rebounds slower, and its
     # energy only falls
     system, params, _ = _slap(omega, rest_damping=REST_DAMPING)
@@ -279,16 +279,17 @@ def test_a_hinged_panel_slapped_into_its_crease_limit_rebounds():
 
 def test_a_crease_past_flat_is_held_by_its_rest_term_then_by_the_certified_barrier():
     """Tier A's two parts (:mod:`diffmb.origami.contact.rule`): up to the rest depth past
-    flat (the detector's overlap tolerance over the flat pattern's size) a crease feels
+    flat (the detector's overlap tolerance over the crease's lever) a crease feels
     only the soft term, whose torque there is its share of the budget per half turn
     (``budget / (n pi)``, ``n`` creases), growing as the depth squared; beyond it the
     certified barrier, which holds the whole budget at half its own reach. On either
     side of the fold (+-pi) alike."""
     system, params, _ = _slap()
     e, p = system.elements[0], params["elements"][0]
-    rest = float(rest_depth(p))
-    # the two 1 m x 2 m panels: a 2 m square of diagonal sqrt(8) m, a median panel diameter of sqrt(5) m
-    assert rest == pytest.approx(1e-5 * np.sqrt(5.0) / np.sqrt(8.0), rel=1e-12)
+    rest = float(rest_depth(p)[0])
+    # the two 1 m x 2 m panels: a median panel diameter of sqrt(5) m, and a crease along
+    # the middle of their 2 m square, 1 m from the farthest corner (its lever)
+    assert rest == pytest.approx(1e-5 * np.sqrt(5.0) / 1.0, rel=1e-12)
     budget = 0.7
     torque = jax.grad(e._crease_energy)
     # (rel 1e-8: an angle near pi carries a round-off of 4e-16 rad, 1e-9 of a depth of
@@ -297,11 +298,44 @@ def test_a_crease_past_flat_is_held_by_its_rest_term_then_by_the_certified_barri
         for depth in (0.25 * rest, 0.5 * rest, rest):
             t = float(torque(jnp.asarray([sign * (np.pi + depth)]), p, budget)[0])
             assert sign * t == pytest.approx(budget / np.pi * (depth / rest) ** 2, rel=1e-8)
-        half = rest + 0.5 * float(certified_reach(p))
+        half = rest + 0.5 * float(certified_reach(p)[0])
         energy = float(e._crease_energy(jnp.asarray([sign * (np.pi + half)]), p, budget))
         soft = budget / (np.pi * rest**2) * half**3 / 3
         assert energy == pytest.approx(budget + soft, rel=1e-8)
-    assert float(certified_reach(p)) == pytest.approx(float(p["psi_hat"]) - rest, rel=1e-15)
+    assert float(certified_reach(p)[0]) == pytest.approx(float(p["psi_hat"]) - rest, rel=1e-15)
+
+
+def test_a_creases_lever_is_the_farthest_the_sheet_lies_from_it():
+    """Each crease's lever (what sets its rest depth): the largest distance from its
+    segment to a vertex of a convex sheet; a sheet that is not convex takes its bounding
+    box's diagonal for every crease. On the slapped hinge the lever is reached: turning
+    the crease past flat moves the far edge by the lever times the angle."""
+    from diffmb.origami.contact.build import crease_levers
+    from diffmb.tree.kinematics import kinematics
+
+    def square(x, y):
+        return np.array([[x, y, 0.0], [x + 1, y, 0], [x + 1, y + 1, 0], [x, y + 1, 0]])
+
+    def seg(*p):
+        return np.array(p, float).reshape(1, 2, 3)
+
+    # a 2 x 2 sheet of unit squares: a crease from its centre to the middle of an edge
+    # is sqrt(2) from the far corners; an L of three squares is not convex
+    two = [square(0, 0), square(1, 0), square(0, 1), square(1, 1)]
+    assert crease_levers(two, seg([1, 0, 0], [1, 1, 0]))[0] == pytest.approx(np.sqrt(2.0), rel=1e-15)
+    ell = [square(0, 0), square(1, 0), square(0, 1)]
+    assert crease_levers(ell, seg([1, 0, 0], [1, 1, 0]))[0] == pytest.approx(np.sqrt(8.0), rel=1e-15)
+    system, params, _ = _slap()
+    e, p, model = system.elements[0], params["elements"][0], params["model"]
+    flat = [np.asarray(q.vertices, float) for q in _slap_pattern().panels]
+    lever = crease_levers(flat, seg([0, -1, 0], [0, 1, 0]))[0]
+    assert lever == pytest.approx(1.0, rel=1e-15)
+    assert float(rest_depth(p)[0]) == pytest.approx(float(p["overlap_tolerance"]) / lever, rel=1e-15)
+    vertices = jax.jit(lambda q: e.vertices(kinematics(model, q), p))
+    delta = 1e-6
+    moved = np.asarray(vertices(jnp.asarray([np.pi + delta]))) - np.asarray(vertices(jnp.asarray([np.pi])))
+    # a turn by delta moves a point r from the axis by 2 r sin(delta / 2)
+    assert np.max(np.linalg.norm(moved, axis=-1)) == pytest.approx(2 * lever * np.sin(delta / 2), rel=1e-8)
 
 
 def test_a_crease_resting_past_flat_rings_at_the_damping_ratio_asked_for():
@@ -317,7 +351,7 @@ def test_a_crease_resting_past_flat_rings_at_the_damping_ratio_asked_for():
     I = float(np.asarray(diffmb.mass_matrix(params["model"], params["q0"]))[0, 0])
     assert float(p["crease_inertia"][0]) == pytest.approx(I, rel=1e-12)
     x0 = system.init_state(params)
-    rest = float(rest_depth(p))
+    rest = float(rest_depth(p)[0])
     for sign in (1.0, -1.0):
         for depth in (0.2 * rest, 0.7 * rest):
             x = x0.at[0].set(sign * (np.pi + depth)).at[1].set(0.0)
@@ -376,6 +410,41 @@ def test_the_4x4_map_fold_is_suspect_without_contact():
     assert np.max(crossing) > float(params["elements"][0]["overlap_tolerance"])
 
 
+def _levers_bound_the_folded_sheet(values, system, params, tr):
+    """At every save point of a map fold's run, no vertex of the folded sheet lies farther
+    from a crease's axis than that crease's lever (:func:`~diffmb.origami.contact.build.crease_levers`,
+    which sets its rest depth): what a crease turned past flat moves the sheet by, per
+    radian, is bounded as the rule assumes, through the stack and its deployment."""
+    from diffmb.origami.contact.build import crease_levers
+    from diffmb.scenarios.origami import PATTERNS
+    from diffmb.tree.kinematics import kinematics
+
+    pattern = PATTERNS["map-fold"](values)
+    e, p, model = system.elements[0], params["elements"][0], params["model"]
+    panels = {q.name: np.asarray(q.vertices, float) for q in pattern.panels}
+    creases = {c.label: c for c in pattern.creases}
+    flat = [panels[n] for n in e.panel_names]
+    ends = []    # each crease's two ends: (panel, vertex) of its panel a, in the element's order
+    for label in e.crease_labels:
+        c = creases[label]
+        k = [int(np.argmin(np.linalg.norm(panels[c.a] - end, axis=1))) for end in (c.p1, c.p2)]
+        assert all(np.linalg.norm(panels[c.a][i] - end) < 1e-12 for i, end in zip(k, (c.p1, c.p2)))
+        ends.append((e.panel_names.index(c.a), k))
+    lever = crease_levers(flat, np.array([[creases[lb].p1, creases[lb].p2] for lb in e.crease_labels]))
+    assert np.allclose(np.asarray(p["rest_depth"]), float(p["overlap_tolerance"]) / lever, rtol=1e-12)
+    valid = np.asarray(e.valid)
+    vertices = jax.jit(lambda q: e.vertices(kinematics(model, q), p))
+    farthest = np.zeros(len(lever))
+    for x in np.asarray(tr.xs)[np.isfinite(np.asarray(tr.ts))]:
+        P = np.asarray(vertices(system.split(jnp.asarray(x))[0]))
+        V = P[valid]
+        for c, (i, (k1, k2)) in enumerate(ends):
+            a, b = P[i, k1], P[i, k2]
+            u = (b - a) / np.linalg.norm(b - a)
+            farthest[c] = max(farthest[c], np.max(np.linalg.norm(np.cross(V - a, u), axis=1)))
+    assert np.all(farthest <= lever * (1 + 1e-9))
+
+
 @pytest.mark.slow  # 8-30 s a case (the 10x10 patterns' programs take most of it)
 @pytest.mark.parametrize("name, values, t1, crosses_without", [
     ("fold-4panel", {}, 10.0, False),
@@ -406,13 +475,16 @@ def test_one_default_rule_keeps_every_origami_case_clean(name, values, t1, cross
     e, p = system.elements[0], params["elements"][0]
     m = {k: float(v) for k, v in e.metrics(tr.diagnostics, jnp.isfinite(tr.ts), p).items()}
     assert m["crease_overfold"] == 0 and m.get("panel_overlap", 0.0) == 0 and m.get("contact_overflow", 0.0) == 0
-    certified = 0.5 * float(certified_reach(p))   # what the energy bound guarantees
+    # what the energy bound guarantees each crease (its own reach), the least over them
+    certified = 0.5 * float(jnp.min(certified_reach(p)))
     assert m["max_crease_angle"] <= np.pi + float(p["psi_hat"]) - certified
     assert m["min_crease_margin"] >= certified
     if np.isfinite(m.get("min_contact_gap", np.inf)):
         assert m["min_contact_gap"] >= 0.5 * float(p["dhat"])      # the certified gap: half the reach
     E = np.asarray(tr.diagnostics["energy"])
     assert np.max(np.abs(E - E[0])) <= 1e-6 * abs(E[0])
+    if name == "map-fold":   # a convex sheet: each crease's rest depth from its own lever
+        _levers_bound_the_folded_sheet(sc.resolve(values), system, params, tr)
     if crosses_without:
         system, params, v = sc.make({**values, "contact": 0.0})
         tr = diffmb.simulate(system, params=params, saveat=101, **sc.run_settings(t1=t1))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..polygon import polygon_is_convex
+from ..polygon import polygon_area, polygon_is_convex
 from .element import PanelContact
 from .report import CREASE_TOLERANCE, OVERLAP_TOLERANCE
 from .rule import DHAT_RELATIVE, MIN_BUDGET, PSI_HAT, REST_DAMPING
@@ -136,8 +136,11 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     cut_axis = np.array([hinge_axis(c, panels[c.b]) for c in cut_creases]).reshape(-1, 3)
     flat = [np.asarray(panels[n].vertices, float) for n in names]
     numbers, valid, size = _numbers(local, cut_axis, options,
-                                    crease_tolerance=options.psi_hat if options.forces else CREASE_TOLERANCE,
-                                    extent=_box_diagonal(np.concatenate(flat)))
+                                    crease_tolerance=options.psi_hat if options.forces else CREASE_TOLERANCE)
+    # Tier A's rest depths, the tree creases' then the cut creases' (the order of their angles)
+    creases = [c for _, _, c in tree_edges] + list(cut_creases)
+    segments = np.array([[c.p1, c.p2] for c in creases], float).reshape(-1, 2, 3)
+    numbers["rest_depth"] = jnp.asarray(OVERLAP_TOLERANCE * size / crease_levers(flat, segments))
     pairs = tuple((i, j) for i in range(len(names)) for j in range(i + 1, len(names))
                   if not _shares_vertex(flat[i], flat[j], 1e-9 * size))
     tree = tuple((model.coordinate_names.index(f"theta_{child}"), model.velocity_names.index(f"theta_{child}_dot"),
@@ -167,14 +170,46 @@ def _box_diagonal(points: np.ndarray) -> float:
     return float(np.linalg.norm(np.ptp(points, axis=0)))
 
 
-def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_tolerance: float,
-             extent: float) -> tuple:
+def _convex_corners(flat: list):
+    """The corners of the flat sheet (each panel's outline, ``z = 0``) where it is convex,
+    its panels (which do not overlap) covering their convex hull, no notch and no hole;
+    None where it is not."""
+    from scipy.spatial import ConvexHull
+
+    points = np.concatenate(flat)
+    hull = ConvexHull(points[:, :2])
+    area = sum(polygon_area(v) for v in flat)
+    return points[hull.vertices] if area >= (1.0 - 1e-9) * hull.volume else None
+
+
+def crease_levers(flat: list, segments: np.ndarray) -> np.ndarray:
+    """Each crease's lever [m]: how far a crease turned past flat by ``delta`` moves a
+    point of the sheet, at most, per radian. ``flat``: each panel's outline in the flat
+    layout; ``segments (n, 2, 3)``: each crease's segment there.
+
+    A point turned about the crease's axis moves ``delta`` times its distance from the
+    axis, and folding keeps the sheet's lengths, so that distance is at most the point's
+    distance along the sheet to the crease's segment; on a convex sheet that is the
+    straight distance in the flat layout, largest at one of the sheet's corners. On the
+    4x4 map fold of 2 m panels: 5.7 m for a crease at the centre, 8.5 m at a corner,
+    against the sheet's diagonal of 11.3 m. A sheet that is not convex keeps the
+    diagonal of its bounding box for every crease (its paths along the sheet may be
+    longer than the flat distances)."""
+    corners = _convex_corners(flat)
+    if corners is None:
+        return np.full(len(segments), _box_diagonal(np.concatenate(flat)))
+    a, b = segments[:, None, 0], segments[:, None, 1]          # (n, 1, 3)
+    ab = b - a
+    t = np.clip(np.sum((corners[None] - a) * ab, -1) / np.maximum(np.sum(ab * ab, -1), 1e-300), 0.0, 1.0)
+    return np.max(np.linalg.norm(corners[None] - (a + t[..., None] * ab), axis=-1), axis=1)
+
+
+def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_tolerance: float) -> tuple:
     """``(numbers, valid, size)``: the element's numbers from each panel's outline in its
     body's frame (``local``; the rows padded to the most vertices by repeating the last,
     ``valid`` saying which are real) and ``options``; ``size`` the panels' median
-    diameter, which sets the default panel reach and the detector's overlap tolerance;
-    ``extent`` the flat pattern's size (its bounding box's diagonal), which sets Tier A's
-    rest depth (:func:`.rule.rest_depth`)."""
+    diameter, which sets the default panel reach and the detector's overlap tolerance
+    (Tier A's rest depths, from it and each crease's lever: :func:`panel_contact`)."""
     kmax = max(len(v) for v in local)
     verts = np.stack([np.concatenate([v, np.repeat(v[-1:], kmax - len(v), 0)]) for v in local])
     valid = tuple(tuple(i < len(v) for i in range(kmax)) for v in local)
@@ -194,7 +229,6 @@ def _numbers(local: list, cut_axis: np.ndarray, options: ContactOptions, crease_
         "shrink": jnp.asarray(1e-6),
         "crease_tolerance": jnp.asarray(crease_tolerance),
         "overlap_tolerance": jnp.asarray(OVERLAP_TOLERANCE * size),
-        "rest_depth": jnp.asarray(OVERLAP_TOLERANCE * size / extent),
     }
     return numbers, valid, size
 
@@ -275,8 +309,8 @@ def free_panels(model, panels: dict, options: ContactOptions, energy: float) -> 
     options.check()
     names = tuple(panels)
     local = [np.asarray(panels[n], float) for n in names]
-    numbers, valid, _ = _numbers(local, np.zeros((0, 3)), options, crease_tolerance=CREASE_TOLERANCE,
-                                 extent=_box_diagonal(np.concatenate(local)))   # (no creases: unused)
+    numbers, valid, _ = _numbers(local, np.zeros((0, 3)), options, crease_tolerance=CREASE_TOLERANCE)
+    numbers["rest_depth"] = jnp.zeros(0)   # no creases
     numbers["energy"] = jnp.asarray(max(float(energy), MIN_BUDGET))
     numbers["crease_inertia"] = jnp.zeros(0)
     bodies = tuple(-1 if n == "world" else model.body_index(n) for n in names)

@@ -205,8 +205,8 @@ class PanelContact(ForceElement):
     def _crease_energy(self, theta, p, budget):
         margin = jnp.pi + p["psi_hat"] - jnp.abs(theta)
         past = jnp.maximum(p["psi_hat"] - margin, 0.0)   # how far past flat
-        soft = crease_rest_stiffness(p, budget, theta.shape[0]) * jnp.sum(past**3) / 3.0
-        return soft + crease_stiffness(p, budget) * jnp.sum(br.barrier(margin, certified_reach(p)))
+        soft = jnp.sum(crease_rest_stiffness(p, budget, theta.shape[0]) * past**3) / 3.0
+        return soft + jnp.sum(crease_stiffness(p, budget) * br.barrier(margin, certified_reach(p)))
 
     def _crease_weight(self, theta, p):
         """Where the crease damping acts: 0 up to flat, rising to 1 at the reach."""

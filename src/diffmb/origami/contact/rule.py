@@ -33,32 +33,32 @@ REST_DAMPING = 0.5
 
 
 def rest_depth(p):
-    """How far past flat [rad] a crease rests under its share of the structure's loads
+    """How far past flat [rad] each crease rests under its share of the structure's loads
     (Tier A's soft term), and where its certified barrier begins: ``p["rest_depth"]``, the
-    detector's overlap tolerance over the flat pattern's size, the diagonal of its
-    bounding box (:func:`~.build.panel_contact`),
+    detector's overlap tolerance over the crease's lever (:func:`~.build.crease_levers`:
+    the farthest a vertex of the sheet lies from the crease, along the sheet),
     or a quarter of the reach ``psi_hat`` where that is shorter. A crease of a
-    zero-thickness stack pressed past flat carries stacked layers through each other by
-    that angle times a lever up to the pattern's size (measured: 2 m on the 4x4 map fold
-    of 2 m panels, 5 m on the 10x10, 10 m on the 20x20: a fifth of their diameters), so
-    at this depth they cross by at most the detector's tolerance."""
+    zero-thickness stack pressed past flat by an angle moves the sheet, and carries stacked
+    layers through each other, by at most that angle times its lever (measured crossings:
+    levers of 2 m on the 4x4 map fold of 2 m panels, 5 m on the 10x10, 10 m on the
+    20x20), so at this depth they cross by at most the detector's tolerance."""
     return jnp.minimum(p["rest_depth"], 0.25 * p["psi_hat"])
 
 
 def certified_reach(p):
-    """The reach of Tier A's certified barrier: from :func:`rest_depth` to ``psi_hat``."""
+    """The reach of Tier A's certified barrier, each crease's: from :func:`rest_depth` to ``psi_hat``."""
     return p["psi_hat"] - rest_depth(p)
 
 
 def crease_stiffness(p, budget):
-    """Tier A's stiffness, the default rule: the certified barrier holds ``kappa_scale``
-    times the energy ``budget`` [J] at half its reach (:func:`certified_reach`)."""
+    """Tier A's stiffness of each crease, the default rule: its certified barrier holds
+    ``kappa_scale`` times the energy ``budget`` [J] at half its reach (:func:`certified_reach`)."""
     return p["kappa_scale"] * budget / br.half_reach(certified_reach(p))
 
 
 def crease_rest_stiffness(p, budget, creases: int):
-    """Tier A's soft term ``k delta^3 / 3`` on a crease ``delta`` past flat, the default
-    rule: at :func:`rest_depth` it holds ``kappa_scale`` times a crease's share of the
+    """Tier A's soft term ``k delta^3 / 3`` on a crease ``delta`` past flat (``k`` each
+    crease's), the default rule: at its :func:`rest_depth` it holds ``kappa_scale`` times a crease's share of the
     budget per half turn, ``budget / (creases pi)`` [N m] (for hinge springs stowed at a
     half turn, the mean spring's torque at a quarter turn). A crease resting under that
     load sits there, at a stiffness ``2 budget / (creases pi rest_depth)``; a smaller load
@@ -96,7 +96,8 @@ def certified_margins(element, p, energy: float, budget: float) -> dict:
     with at most ``energy`` [J] in the structure (its largest total energy over a run that
     conserves or dissipates it; hinge springs and the barriers hold no negative energy),
     no crease comes within
-    ``certified_crease_margin_rad`` of its barrier's end (``pi + psi_hat``) and no fully
+    ``certified_crease_margin_rad`` (the least over the creases) of its barrier's end
+    (``pi + psi_hat``) and no fully
     armed pair of panels closer than ``certified_gap_m`` (thickness apart). The figures
     do not hold for a run driven by torques that add energy."""
     return {k: float(v) for k, v in certified_figures(element, p, energy, budget).items()}
@@ -106,8 +107,9 @@ def certified_figures(element, p, energy, budget) -> dict:
     """:func:`certified_margins` as arrays, traceable (one program with the run's other
     figures: :func:`.report.summary`)."""
     out = {}
-    if element.tree_creases or element.cut_creases:
-        out["certified_crease_margin_rad"] = certified_margin(energy, crease_stiffness(p, budget), certified_reach(p))
+    if element.tree_creases or element.cut_creases:   # the least over the creases (each its own reach)
+        out["certified_crease_margin_rad"] = jnp.min(certified_margin(energy, crease_stiffness(p, budget),
+                                                                      certified_reach(p)))
     if element.pairs:
         out["certified_gap_m"] = certified_margin(energy, panel_stiffness(p, budget), p["dhat"])
     return out
