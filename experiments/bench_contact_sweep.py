@@ -8,8 +8,9 @@ members for both), and runs ``--horizon`` seconds of fixed-step RK4 at ``--dt`` 
 Baumgarte, or with ``--adaptive`` the scenario's default (projection + Dopri5), saving
 ``--saveat`` points (:func:`diffmb.design.batch.sweep`, chunked as a sweep chunks on this device).
 Reported per case, batch and contact setting: compile time (ahead of time, apart), the
-median wall time of ``--repeats`` runs, member-seconds simulated per wall second, the
-ratio with contact over without, the members' statuses, and whether every member
+median wall time of ``--repeats`` runs (the two settings alternating run by run),
+member-seconds simulated per wall second, the ratio with contact over without (of the
+medians, and the median of the runs' paired ratios), the members' statuses, and whether every member
 reports its contact columns (``min_crease_margin``, ``min_contact_gap``,
 ``contact_overflow``; with contact off ``crease_overfold``, ``panel_overlap``; the pair
 columns only where some panels share no vertex). Writes ``out/bench_contact_sweep.json`` and prints a table.
@@ -40,12 +41,11 @@ COLUMNS = {0: ("crease_overfold", "panel_overlap"), 1: ("min_crease_margin", "mi
 PAIR_COLUMNS = ("panel_overlap", "min_contact_gap", "contact_overflow")
 
 
-def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=11, rest_damping=None):
-    import jax
-    import numpy as np
-
+def _setup(name, batch, contact, horizon, dt, adaptive=False, rest_damping=None):
+    """The members, the batched system and its parameters, and the run's settings of one
+    case and contact setting."""
     from diffmb import scenarios
-    from diffmb.design.batch import member_values, scenario_batch, sweep
+    from diffmb.design.batch import member_values, scenario_batch
 
     kind, n = _case(name)
     fixed = ({"contact": float(contact)}
@@ -57,33 +57,59 @@ def run_case(name, batch, contact, horizon, dt, repeats, adaptive=False, saveat=
     system, params = scenario_batch(scenario, members, None if adaptive else "baumgarte")
     run = dict(scenario.run_settings(t1=horizon)) if adaptive else {"dt": dt, "solver": "rk4"}
     run.pop("t1", None)
-    walls, res, compile_s = [], None, None
-    for _ in range(max(1, repeats)):
-        res = sweep(system, params, t1=horizon, saveat=saveat, members=members, max_violation=None, **run)
-        compile_s = res.compile_s if compile_s is None else compile_s   # the first run compiles
-        walls.append(res.wall_s)
-    table = res.table
-    # a pattern whose panels all share a vertex (fold-4panel) has no pair to report
-    wanted = [c for c in COLUMNS[contact] if system.elements[0].pairs or c not in PAIR_COLUMNS]
-    reported = all(c in table and len(np.asarray(table[c])) == batch for c in wanted)
-    wall = statistics.median(walls)
-    gap = np.asarray(table["min_contact_gap"], float) if "min_contact_gap" in table else None
-    return {"case": name, "batch": batch, "contact": contact, "panels": len(system.elements[0].panel_names),
-            "pairs": len(system.elements[0].pairs), "compile_s": compile_s, "wall_s": wall,
-            "throughput": batch * horizon / wall, "statuses": res.status_counts, "reports_contact": reported,
-            "min_gap_m": None if gap is None or not np.isfinite(gap).any() else float(np.nanmin(gap)),
-            "device": str(jax.devices()[0])}
+    return system, params, members, run
+
+
+def run_pair(name, batch, horizon, dt, repeats, adaptive=False, saveat=11, rest_damping=None):
+    """Both contact settings of one case: each compiled by its first run, then timed
+    ``repeats`` times, alternating (off, on, on, off, ...), so that the machine's load
+    drifts alike over both. Two rows, off and on; the row with contact carries the median
+    of the paired ratios (``paired_ratio``) beside the ratio of the medians."""
+    import jax
+    import numpy as np
+
+    from diffmb.design.batch import sweep
+
+    setups = {c: _setup(name, batch, c, horizon, dt, adaptive, rest_damping) for c in (0, 1)}
+
+    def once(c):
+        system, params, members, run = setups[c]
+        return sweep(system, params, t1=horizon, saveat=saveat, members=members, max_violation=None, **run)
+
+    first = {c: once(c) for c in (0, 1)}                      # the first run compiles
+    walls = {0: [], 1: []}
+    for i in range(max(1, repeats)):
+        for c in ((0, 1) if i % 2 == 0 else (1, 0)):
+            walls[c].append(once(c).wall_s)
+    rows = []
+    for c in (0, 1):
+        system, res = setups[c][0], first[c]
+        table = res.table
+        # a pattern whose panels all share a vertex (fold-4panel) has no pair to report
+        wanted = [k for k in COLUMNS[c] if system.elements[0].pairs or k not in PAIR_COLUMNS]
+        reported = all(k in table and len(np.asarray(table[k])) == batch for k in wanted)
+        wall = statistics.median(walls[c])
+        gap = np.asarray(table["min_contact_gap"], float) if "min_contact_gap" in table else None
+        rows.append({"case": name, "batch": batch, "contact": c, "panels": len(system.elements[0].panel_names),
+                     "pairs": len(system.elements[0].pairs), "compile_s": res.compile_s, "wall_s": wall,
+                     "walls_s": walls[c], "throughput": batch * horizon / wall, "statuses": res.status_counts,
+                     "reports_contact": reported,
+                     "min_gap_m": None if gap is None or not np.isfinite(gap).any() else float(np.nanmin(gap)),
+                     "device": str(jax.devices()[0])})
+    rows[1]["paired_ratio"] = statistics.median(a / b for a, b in zip(walls[0], walls[1]))
+    return rows
 
 
 def print_table(rows):
     print(f"{'case':8} {'batch':>6} {'contact':>7} {'compile s':>9} {'wall s':>8} {'member-s/s':>11} "
-          f"{'ratio':>6}  statuses")
+          f"{'ratio':>6} {'paired':>6}  statuses")
     base = {(r["case"], r["batch"]): r["throughput"] for r in rows if r["contact"] == 0}
     for r in rows:
         ratio = r["throughput"] / base[(r["case"], r["batch"])] if (r["case"], r["batch"]) in base else float("nan")
         r["ratio"] = ratio
+        paired = f"{r['paired_ratio']:6.2f}" if "paired_ratio" in r else f"{'':6}"
         print(f"{r['case']:8} {r['batch']:6d} {r['contact']:7d} {r['compile_s']:9.2f} {r['wall_s']:8.3f} "
-              f"{r['throughput']:11.1f} {ratio:6.2f}  {r['statuses']}"
+              f"{r['throughput']:11.1f} {ratio:6.2f} {paired}  {r['statuses']}"
               + ("" if r["reports_contact"] else "  (contact columns missing)"))
 
 
@@ -109,15 +135,12 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in a.cases:
         for batch in a.batches:
-            for contact in (0, 1):
-                rows.append(run_case(name, batch, contact, a.horizon, a.dt, a.repeats, a.adaptive, a.saveat,
-                                     a.rest_damping))
-                # after every row, so that a run cut short keeps what it finished
-                out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
-                                           "cpu_pressure": cpu_pressure(), "horizon": a.horizon, "dt": a.dt,
-                                           "adaptive": a.adaptive, "saveat": a.saveat,
-                                           "rest_damping": a.rest_damping,
-                                           "repeats": a.repeats, "rows": rows}, indent=1))
+            rows += run_pair(name, batch, a.horizon, a.dt, a.repeats, a.adaptive, a.saveat, a.rest_damping)
+            # after every case, so that a run cut short keeps what it finished
+            out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+                                       "cpu_pressure": cpu_pressure(), "horizon": a.horizon, "dt": a.dt,
+                                       "adaptive": a.adaptive, "saveat": a.saveat, "rest_damping": a.rest_damping,
+                                       "repeats": a.repeats, "rows": rows}, indent=1))
     print_table(rows)
     print(f"wrote {out}  (cpu pressure: {cpu_pressure()})")
     return rows

@@ -172,14 +172,14 @@ def _box_diagonal(points: np.ndarray) -> float:
 
 def _convex_corners(flat: list):
     """The corners of the flat sheet (each panel's outline, ``z = 0``) where it is convex,
-    its panels (which do not overlap) covering their convex hull, no notch and no hole;
-    None where it is not."""
+    its panels covering their convex hull once (their areas add up to the hull's: no
+    notch, no hole, no two panels laid over each other); None where it is not."""
     from scipy.spatial import ConvexHull
 
     points = np.concatenate(flat)
     hull = ConvexHull(points[:, :2])
     area = sum(polygon_area(v) for v in flat)
-    return points[hull.vertices] if area >= (1.0 - 1e-9) * hull.volume else None
+    return points[hull.vertices] if abs(area - hull.volume) <= 1e-9 * hull.volume else None
 
 
 def crease_levers(flat: list, segments: np.ndarray) -> np.ndarray:
