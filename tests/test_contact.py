@@ -465,8 +465,9 @@ def test_one_default_rule_keeps_every_origami_case_clean(name, values, t1, cross
     no panels cross, no candidate pair is dropped, and the energy, contact's included,
     holds to 1e-6. Measured: energy to 1.2e-10 (fold-4panel), 3.8e-8 (fold-3x3), 1.5e-7
     (map 4x4), 1.6e-8 (map 10x10), 1.3e-10 (Miura 10x10); creases at most 2.1e-6 rad past
-    flat (map 4x4) and 1.5e-6 (map 10x10; the reach is 1e-3, the rest depths 2.5e-6 and
-    1.0e-6). The 10x10 map fold needs
+    flat (map 4x4) and 1.5e-6 (map 10x10; the reach is 1e-3, the rest depths then the
+    sheet's, 2.5e-6 and 1.0e-6; each crease's from its lever since, 3.3e-6 to 5e-6 and
+    1.1e-6 to 2.0e-6, which the map folds' runs check). The 10x10 map fold needs
     it: the same 0.5 s without contact has layers crossing from 0.35 s. Its stack starts
     at gap 0 and stays within the barrier's reach, so its pairs never arm: the crease
     barrier alone keeps the layers apart (no gap is reported)."""
