@@ -193,8 +193,9 @@ def crease_levers(flat: list, segments: np.ndarray) -> np.ndarray:
     straight distance in the flat layout, largest at one of the sheet's corners. On the
     4x4 map fold of 2 m panels: 5.7 m for a crease at the centre, 8.5 m at a corner,
     against the sheet's diagonal of 11.3 m. A sheet that is not convex keeps the
-    diagonal of its bounding box for every crease (its paths along the sheet may be
-    longer than the flat distances)."""
+    diagonal of its bounding box for every crease, the rule for every sheet before: there
+    a path along the sheet may be longer than the flat distance, and the diagonal is a
+    scale, not a bound."""
     corners = _convex_corners(flat)
     if corners is None:
         return np.full(len(segments), _box_diagonal(np.concatenate(flat)))

@@ -39,9 +39,10 @@ def rest_depth(p):
     the farthest a vertex of the sheet lies from the crease, along the sheet),
     or a quarter of the reach ``psi_hat`` where that is shorter. A crease of a
     zero-thickness stack pressed past flat by an angle moves the sheet, and carries stacked
-    layers through each other, by at most that angle times its lever (measured crossings:
-    levers of 2 m on the 4x4 map fold of 2 m panels, 5 m on the 10x10, 10 m on the
-    20x20), so at this depth they cross by at most the detector's tolerance."""
+    layers through each other, by at most that angle times its lever, so at this depth
+    they cross by at most the detector's tolerance. (The crossings measured are those of
+    shorter levers: 2 m on the 4x4 map fold of 2 m panels, 5 m on the 10x10, 10 m on the
+    20x20.)"""
     return jnp.minimum(p["rest_depth"], 0.25 * p["psi_hat"])
 
 
@@ -58,11 +59,12 @@ def crease_stiffness(p, budget):
 
 def crease_rest_stiffness(p, budget, creases: int):
     """Tier A's soft term ``k delta^3 / 3`` on a crease ``delta`` past flat (``k`` each
-    crease's), the default rule: at its :func:`rest_depth` it holds ``kappa_scale`` times a crease's share of the
-    budget per half turn, ``budget / (creases pi)`` [N m] (for hinge springs stowed at a
-    half turn, the mean spring's torque at a quarter turn). A crease resting under that
-    load sits there, at a stiffness ``2 budget / (creases pi rest_depth)``; a smaller load
-    rests shallower and softer; a larger one on the certified barrier."""
+    crease's), the default rule: at its :func:`rest_depth` it holds ``kappa_scale`` times
+    a crease's share of the budget per half turn, ``budget / (creases pi)`` [N m] (for
+    hinge springs stowed at a half turn, the mean spring's torque at a quarter turn). A
+    crease resting under that load sits there, at a stiffness ``2 budget / (creases pi
+    rest_depth)``; a smaller load rests shallower and softer; a larger one on the
+    certified barrier."""
     return p["kappa_scale"] * budget / (creases * jnp.pi * rest_depth(p) ** 2)
 
 
