@@ -328,6 +328,8 @@ def test_a_creases_lever_is_the_farthest_the_sheet_lies_from_it():
     # panels laid over each other in the layout cover their hull more than once: the diagonal too
     over = [square(0, 0), square(1, 0), square(0, 1), square(1, 1), square(0.5, 0.5)]
     assert crease_levers(over, seg([1, 0, 0], [1, 1, 0]))[0] == pytest.approx(np.sqrt(8.0), rel=1e-15)
+    # hinges off the layout plane (thick panels) do not keep the mid-surface's lengths
+    assert crease_levers(two, seg([1, 0, 0], [1, 1, 0]), offset=True)[0] == pytest.approx(np.sqrt(8.0), rel=1e-15)
     system, params, _ = _slap()
     e, p, model = system.elements[0], params["elements"][0], params["model"]
     flat = [np.asarray(q.vertices, float) for q in _slap_pattern().panels]

@@ -140,7 +140,8 @@ def panel_contact(panels: dict, order: tuple, origin: dict, model, tree_edges, c
     # Tier A's rest depths, the tree creases' then the cut creases' (the order of their angles)
     creases = [c for _, _, c in tree_edges] + list(cut_creases)
     segments = np.array([[c.p1, c.p2] for c in creases], float).reshape(-1, 2, 3)
-    numbers["rest_depth"] = jnp.asarray(OVERLAP_TOLERANCE * size / crease_levers(flat, segments))
+    levers = crease_levers(flat, segments, offset=any(c.height != 0.0 for c in creases))
+    numbers["rest_depth"] = jnp.asarray(OVERLAP_TOLERANCE * size / levers)
     pairs = tuple((i, j) for i in range(len(names)) for j in range(i + 1, len(names))
                   if not _shares_vertex(flat[i], flat[j], 1e-9 * size))
     tree = tuple((model.coordinate_names.index(f"theta_{child}"), model.velocity_names.index(f"theta_{child}_dot"),
@@ -182,21 +183,23 @@ def _convex_corners(flat: list):
     return points[hull.vertices] if abs(area - hull.volume) <= 1e-9 * hull.volume else None
 
 
-def crease_levers(flat: list, segments: np.ndarray) -> np.ndarray:
+def crease_levers(flat: list, segments: np.ndarray, offset: bool = False) -> np.ndarray:
     """Each crease's lever [m]: how far a crease turned past flat by ``delta`` moves a
     point of the sheet, at most, per radian. ``flat``: each panel's outline in the flat
-    layout; ``segments (n, 2, 3)``: each crease's segment there.
+    layout; ``segments (n, 2, 3)``: each crease's segment there; ``offset``: some hinge
+    lies off the layout plane (thick panels), where folding does not keep the
+    mid-surface's lengths, and every crease takes the diagonal below.
 
     A point turned about the crease's axis moves ``delta`` times its distance from the
     axis, and folding keeps the sheet's lengths, so that distance is at most the point's
     distance along the sheet to the crease's segment; on a convex sheet that is the
     straight distance in the flat layout, largest at one of the sheet's corners. On the
     4x4 map fold of 2 m panels: 5.7 m for a crease at the centre, 8.5 m at a corner,
-    against the sheet's diagonal of 11.3 m. A sheet that is not convex keeps the
-    diagonal of its bounding box for every crease, the rule for every sheet before: there
-    a path along the sheet may be longer than the flat distance, and the diagonal is a
-    scale, not a bound."""
-    corners = _convex_corners(flat)
+    against the sheet's diagonal of 11.3 m. A sheet that is not convex, or ``offset``,
+    keeps the diagonal of its bounding box for every crease, the rule for every sheet
+    before: there a path along the sheet may be longer than the flat distance, and the
+    diagonal is a scale, not a bound."""
+    corners = None if offset else _convex_corners(flat)
     if corners is None:
         return np.full(len(segments), _box_diagonal(np.concatenate(flat)))
     a, b = segments[:, None, 0], segments[:, None, 1]          # (n, 1, 3)
